@@ -1,0 +1,5 @@
+"""RAG retrieval evaluation: load -> retrieve -> place -> score -> track."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

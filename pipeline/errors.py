@@ -1,0 +1,24 @@
+"""The one exception type for user mistakes (bad files, bad settings).
+
+Entry points catch it, print ``str(err)`` (no traceback) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad input from the user: names the file, the line (1-based) and the problem."""
+
+    exit_code = 2
+
+    def __init__(self, problem: str, path: str | Path | None = None, line: int | None = None):
+        self.problem = problem
+        self.path = None if path is None else str(path)
+        self.line = line
+        where = ""
+        if self.path is not None:
+            where = self.path if line is None else f"{self.path}:{line}"
+            where += ": "
+        super().__init__(f"error: {where}{problem}")

@@ -1,0 +1,264 @@
+"""Exact, vectorized IR metrics for every cut-off K = 1..k_max in one pass.
+
+The definition card (design.md) in code. Inputs are arrays: a ranking ``doc_idx``
+[n_queries, depth] (-1 = nothing retrieved there) and :class:`Qrels`. We build the
+(queries x depth) grade matrix once with a sorted-key lookup, and every metric at every K
+is then a cumulative sum or a division away. No per-query Python loops, no rounding.
+
+Conventions shared by every metric (and written in the README):
+
+- Grades are the integers of the qrels; unjudged documents and empty slots have grade 0;
+  negative grades count as 0. A document is relevant when grade >= ``relevance_level``
+  (which must be >= 1, so an unjudged document is never relevant).
+- R is the number of judged documents with grade >= ``relevance_level``, including judged
+  documents that are not in the corpus (as trec_eval counts them).
+- The ideal ranking for nDCG is every judged grade of the query sorted descending.
+- Means are over queries with R > 0 (``n_queries``); judged queries with R = 0 are left out
+  and counted (``n_queries_no_relevant``). A judged query that retrieved nothing scores 0.
+- Order inside the ranking is the caller's: the ranking is scored as given.
+
+Sources: trec_eval 9.0.8 (``P``, ``recall``, ``map_cut``, ``ndcg_cut``, ``recip_rank``,
+``map``), Järvelin & Kekäläinen 2002 (CG/DCG/nDCG), Burges et al. 2005 (exponential gain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+Gain = Literal["exp", "linear"]
+
+#: Metric families computed at every K, in the order of the per-query table.
+FAMILIES = ("precision", "recall", "hit_rate", "mrr", "map", "cg", "dcg", "ndcg")
+#: Families bounded by [0, 1] (cg and dcg are not).
+BOUNDED = ("precision", "recall", "hit_rate", "mrr", "map", "ndcg")
+
+
+@dataclass(frozen=True)
+class Qrels:
+    """Relevance judgments as parallel integer arrays.
+
+    ``doc_idx == -1`` marks a judged document that is not in the corpus: it still counts in
+    R and in the ideal DCG (as trec_eval does) but can never be retrieved.
+    """
+
+    query_idx: NDArray[np.int64]
+    doc_idx: NDArray[np.int64]
+    grade: NDArray[np.int64]
+
+    def __post_init__(self) -> None:
+        n = len(self.query_idx)
+        if len(self.doc_idx) != n or len(self.grade) != n:
+            raise ValueError("Qrels arrays must have one length")
+
+
+def gain_values(grades: NDArray[np.integer], gain: Gain = "exp") -> NDArray[np.float64]:
+    """gain(rel): ``exp`` = 2^rel - 1 (Burges et al. 2005), ``linear`` = rel (trec_eval)."""
+    grades = np.maximum(np.asarray(grades), 0).astype(np.float64)
+    if gain == "exp":
+        return np.exp2(grades) - 1.0
+    if gain == "linear":
+        return grades
+    raise ValueError(f"gain must be 'exp' or 'linear', got {gain!r}")
+
+
+def discounts(depth: int) -> NDArray[np.float64]:
+    """1 / log2(i + 1) for ranks i = 1..depth."""
+    return 1.0 / np.log2(np.arange(2, depth + 2, dtype=np.float64))
+
+
+def grade_matrix(doc_idx: NDArray[np.integer], qrels: Qrels) -> NDArray[np.int64]:
+    """Grade of every retrieved document: [n_queries, depth], 0 where unjudged or empty.
+
+    One vectorized lookup: judgments are keyed ``query * n_docs + doc``, sorted once, and
+    every cell of the ranking is found with ``searchsorted``. Negative grades become 0.
+    """
+    doc_idx = np.asarray(doc_idx, dtype=np.int64)
+    n_q, depth = doc_idx.shape
+    known = qrels.doc_idx >= 0
+    if n_q == 0 or depth == 0 or not known.any():
+        return np.zeros((n_q, depth), np.int64)
+    n_docs = int(max(doc_idx.max(initial=-1), qrels.doc_idx.max())) + 1
+    keys = qrels.query_idx[known].astype(np.int64) * n_docs + qrels.doc_idx[known]
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    sorted_grades = np.maximum(qrels.grade[known][order], 0)
+    lookup = np.arange(n_q, dtype=np.int64)[:, None] * n_docs + doc_idx
+    pos = np.searchsorted(sorted_keys, lookup)
+    pos = np.minimum(pos, len(sorted_keys) - 1)
+    hit = (sorted_keys[pos] == lookup) & (doc_idx >= 0)
+    return np.where(hit, sorted_grades[pos], 0).astype(np.int64)
+
+
+def ideal_matrix(qrels: Qrels, n_queries: int, depth: int) -> NDArray[np.int64]:
+    """Every judged grade of each query (clipped at 0) sorted descending, zero-padded to depth."""
+    out = np.zeros((n_queries, depth), np.int64)
+    if len(qrels.grade) == 0 or depth == 0:
+        return out
+    grades = np.maximum(qrels.grade, 0)
+    order = np.lexsort((-grades, qrels.query_idx))
+    q = qrels.query_idx[order]
+    g = grades[order]
+    starts = np.searchsorted(q, q, side="left")
+    pos = np.arange(len(q)) - starts
+    keep = pos < depth
+    out[q[keep], pos[keep]] = g[keep]
+    return out
+
+
+def n_relevant(qrels: Qrels, n_queries: int, relevance_level: int = 1) -> NDArray[np.int64]:
+    """R per query: judged documents with grade >= relevance_level (in the corpus or not)."""
+    rel = qrels.grade >= relevance_level
+    return np.bincount(qrels.query_idx[rel], minlength=n_queries).astype(np.int64)
+
+
+@dataclass
+class Evaluation:
+    """Per-query values of every metric family at K = 1..k_max, plus ``mrr``/``map`` at full depth.
+
+    ``at_k[family]`` is [n_queries, k_max]; column K-1 holds the value at cut-off K.
+    """
+
+    k_max: int
+    at_k: dict[str, NDArray[np.float64]]
+    full: dict[str, NDArray[np.float64]]  # "mrr", "map": [n_queries]
+    n_relevant: NDArray[np.int64]
+    extra_at_k: dict[str, NDArray[np.float64]] = field(default_factory=dict)
+
+    @property
+    def evaluated(self) -> NDArray[np.bool_]:
+        """Queries that count in the means: those with at least one relevant document."""
+        return self.n_relevant > 0
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.evaluated.sum())
+
+    @property
+    def n_queries_no_relevant(self) -> int:
+        return int((~self.evaluated).sum())
+
+    def families(self) -> list[str]:
+        return [*self.at_k, *self.extra_at_k]
+
+    def values(self, family: str) -> NDArray[np.float64]:
+        return self.at_k[family] if family in self.at_k else self.extra_at_k[family]
+
+    def add(self, family: str, values: NDArray[np.float64]) -> None:
+        """Attach another per-query [n_queries, k_max] family (e.g. context_utility)."""
+        values = np.asarray(values, dtype=np.float64)
+        if values.shape != (len(self.n_relevant), self.k_max):
+            raise ValueError(f"{family}: expected shape {(len(self.n_relevant), self.k_max)}, got {values.shape}")
+        self.extra_at_k[family] = values
+
+    def curve(self, family: str) -> NDArray[np.float64]:
+        """Mean over evaluated queries at every K = 1..k_max (zeros if none is evaluated)."""
+        mask = self.evaluated
+        if not mask.any():
+            return np.zeros(self.k_max)
+        return self.values(family)[mask].mean(axis=0)
+
+    def means(self, ks: Iterable[int] | None = None) -> dict[str, float]:
+        """``{family}_at_{K}`` for each K in ``ks`` (default: every K), ``mrr``, ``map``, counts."""
+        ks = range(1, self.k_max + 1) if ks is None else list(ks)
+        for k in ks:
+            if not 1 <= k <= self.k_max:
+                raise ValueError(f"K={k} is outside 1..k_max={self.k_max}")
+        mask = self.evaluated
+        out: dict[str, float] = {}
+        for family in self.families():
+            curve = self.curve(family)
+            for k in ks:
+                out[f"{family}_at_{k}"] = float(curve[k - 1])
+        for name, values in self.full.items():
+            out[name] = float(values[mask].mean()) if mask.any() else 0.0
+        out["n_queries"] = self.n_queries
+        out["n_queries_no_relevant"] = self.n_queries_no_relevant
+        return out
+
+    def per_query(self, query_ids: Iterable[str]) -> pd.DataFrame:
+        """One row per query: every family at every K, ``mrr``, ``map``, R and whether it counts."""
+        names = [f"{family}_at_{k}" for family in self.families() for k in range(1, self.k_max + 1)]
+        block = np.concatenate([self.values(f) for f in self.families()], axis=1)
+        table = pd.DataFrame(block, columns=names)
+        for name, values in self.full.items():
+            table[name] = values
+        table.insert(0, "query_id", list(query_ids))
+        table["n_relevant"] = self.n_relevant
+        table["evaluated"] = self.evaluated
+        return table
+
+
+def evaluate(
+    doc_idx: NDArray[np.integer],
+    qrels: Qrels,
+    k_max: int,
+    gain: Gain = "exp",
+    relevance_level: int = 1,
+) -> Evaluation:
+    """Every metric of the definition card at every K = 1..k_max, for every query.
+
+    ``doc_idx`` is [n_queries, depth] in rank order (row q = query index q of ``qrels``),
+    -1 where nothing was retrieved. ``k_max`` may exceed ``depth``: the missing ranks are
+    empty (precision keeps K as its denominator, like trec_eval's ``P``).
+
+    - precision_at_K = (# relevant in top K) / K
+    - recall_at_K    = (# relevant in top K) / R
+    - hit_rate_at_K  = 1 if any relevant document is in the top K
+    - mrr_at_K       = 1 / rank of the first relevant document if it is <= K, else 0
+    - map_at_K       = sum over relevant ranks i <= K of precision_at_i, / R  (trec_eval map_cut)
+    - cg_at_K        = sum of grades of the top K
+    - dcg_at_K       = sum of gain(rel_i) / log2(i + 1)
+    - ndcg_at_K      = dcg_at_K / idcg_at_K (idcg over all judged grades sorted desc, cut at K), 0 if idcg = 0
+    - mrr, map       = the same at full depth (``depth`` of the ranking)
+    """
+    if k_max < 1:
+        raise ValueError(f"k_max must be >= 1, got {k_max}")
+    if relevance_level < 1:
+        raise ValueError(f"relevance_level must be >= 1, got {relevance_level}")
+    doc_idx = np.asarray(doc_idx, dtype=np.int64)
+    if doc_idx.ndim != 2:
+        raise ValueError(f"doc_idx must be 2-D [n_queries, depth], got shape {doc_idx.shape}")
+    n_q, depth = doc_idx.shape
+    width = max(depth, k_max)
+
+    grades = np.zeros((n_q, width), np.int64)
+    grades[:, :depth] = grade_matrix(doc_idx, qrels)
+    R = n_relevant(qrels, n_q, relevance_level)
+    has_rel = R > 0
+    R_safe = np.where(has_rel, R, 1).astype(np.float64)[:, None]
+    ranks = np.arange(1, width + 1, dtype=np.float64)
+
+    rel = grades >= relevance_level
+    cum_rel = np.cumsum(rel, axis=1, dtype=np.int64)
+    precision_all = cum_rel / ranks
+    ap_sum = np.cumsum(np.where(rel, precision_all, 0.0), axis=1)
+    any_rel = rel.any(axis=1)
+    first = np.where(any_rel, rel.argmax(axis=1) + 1, 0)  # 1-based rank of the first relevant, 0 = none
+    rr = np.where(any_rel, 1.0 / np.maximum(first, 1), 0.0)
+
+    K = ranks[:k_max]
+    zero_unless = has_rel[:, None]  # queries with R = 0 score 0 everywhere (they are left out of means)
+    at_k: dict[str, NDArray[np.float64]] = {}
+    at_k["precision"] = np.where(zero_unless, precision_all[:, :k_max], 0.0)
+    at_k["recall"] = np.where(zero_unless, cum_rel[:, :k_max] / R_safe, 0.0)
+    at_k["hit_rate"] = np.where(zero_unless, cum_rel[:, :k_max] > 0, False).astype(np.float64)
+    at_k["mrr"] = np.where(zero_unless & (first[:, None] >= 1) & (first[:, None] <= K), rr[:, None], 0.0)
+    at_k["map"] = np.where(zero_unless, ap_sum[:, :k_max] / R_safe, 0.0)
+
+    disc = discounts(k_max)
+    at_k["cg"] = np.cumsum(grades[:, :k_max], axis=1, dtype=np.int64).astype(np.float64)
+    dcg = np.cumsum(gain_values(grades[:, :k_max], gain) * disc, axis=1)
+    idcg = np.cumsum(gain_values(ideal_matrix(qrels, n_q, k_max), gain) * disc, axis=1)
+    at_k["dcg"] = dcg
+    at_k["ndcg"] = np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg > 0)
+
+    full = {
+        "mrr": np.where(has_rel, rr, 0.0),
+        "map": np.where(has_rel, ap_sum[:, -1] / R_safe[:, 0], 0.0) if width else np.zeros(n_q),
+    }
+    return Evaluation(k_max=k_max, at_k=at_k, full=full, n_relevant=R)
