@@ -1,6 +1,6 @@
 """TREC and BEIR interchange formats: qrels and run files, read strictly, written plainly.
 
-Readers take the fast path (pandas' C parser) and, when anything looks wrong, re-read the
+Readers take the fast path (pyarrow's CSV reader) and, when anything looks wrong, re-read the
 file line by line to report the first bad line by number: the common case pays nothing for
 good error messages.
 
@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import IO, Iterator
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
@@ -30,20 +32,40 @@ BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
 
 @dataclass(frozen=True)
 class QrelsFile:
-    query_ids: NDArray[np.object_]  # str per judgment
-    doc_ids: NDArray[np.object_]
+    """Judgments in file order (identical duplicates removed)."""
+
+    query: pa.Array  # string
+    doc: pa.Array  # string
     grades: NDArray[np.int64]
     n_duplicates: int = 0  # identical repeated judgments that were dropped
+
+    @property
+    def query_ids(self) -> NDArray[np.object_]:
+        return self.query.to_numpy(zero_copy_only=False)
+
+    @property
+    def doc_ids(self) -> NDArray[np.object_]:
+        return self.doc.to_numpy(zero_copy_only=False)
 
 
 @dataclass(frozen=True)
 class RunFile:
-    """One row per line of a TREC run, in file order."""
+    """One row per line of a TREC run, in file order, ids dictionary-encoded once."""
 
-    query_ids: NDArray[np.object_]
-    doc_ids: NDArray[np.object_]
+    query_codes: NDArray[np.int64]  # index into query_dict
+    query_dict: pa.Array  # distinct query ids (string)
+    doc_codes: NDArray[np.int64]  # index into doc_dict
+    doc_dict: pa.Array  # distinct document ids (string)
     scores: NDArray[np.float64]
     tag: str = ""
+
+    @property
+    def query_ids(self) -> NDArray[np.object_]:
+        return self.query_dict.to_numpy(zero_copy_only=False)[self.query_codes]
+
+    @property
+    def doc_ids(self) -> NDArray[np.object_]:
+        return self.doc_dict.to_numpy(zero_copy_only=False)[self.doc_codes]
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -70,11 +92,14 @@ def _check_exists(path: str | Path, what: str) -> Path:
 
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(1-based line number, whitespace-split fields) for every non-blank line."""
-    with _open_text(path) as fh:
-        for no, line in enumerate(fh, start=1):
-            fields = line.split()
-            if fields:
-                yield no, fields
+    try:
+        with _open_text(path) as fh:
+            for no, line in enumerate(fh, start=1):
+                fields = line.split()
+                if fields:
+                    yield no, fields
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path) from None
 
 
 def _is_int(text: str) -> bool:
@@ -93,12 +118,47 @@ def _is_float(text: str) -> bool:
     return bool(np.isfinite(value))
 
 
-def _first_fields(path: Path) -> list[str]:
+def _first_line(path: Path) -> str:
     with _open_text(path) as fh:
         for line in fh:
             if line.strip():
-                return line.rstrip("\r\n").split("\t") if "\t" in line else line.split()
-    return []
+                return line.rstrip("\r\n")
+    return ""
+
+
+def _read_fast(path: Path, names: list[str], types: dict[str, pa.DataType], delimiter: str) -> pa.Table | None:
+    """pyarrow's multithreaded CSV reader; None when the file is not in the plain layout
+    (runs of spaces, trailing blanks, bad values...): the caller then parses line by line."""
+    try:
+        return pa_csv.read_csv(
+            path,
+            read_options=pa_csv.ReadOptions(column_names=names),
+            parse_options=pa_csv.ParseOptions(
+                delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=True
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=types, null_values=[], strings_can_be_null=False, include_columns=list(types)
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError, OSError, EOFError):
+        return None
+
+
+def _codes(array: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64], pa.Array]:
+    encoded = pc.dictionary_encode(array)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.unify_dictionaries().combine_chunks() if encoded.num_chunks else encoded.combine_chunks()
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary
+
+
+def _first_duplicate(key: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Mask of rows whose key already occurred on an earlier row."""
+    order = np.argsort(key, kind="stable")
+    dup_sorted = np.zeros(len(key), np.bool_)
+    dup_sorted[1:] = key[order][1:] == key[order][:-1]
+    dup = np.zeros(len(key), np.bool_)
+    dup[order] = dup_sorted
+    return dup
 
 
 # --------------------------------------------------------------------------- qrels
@@ -107,7 +167,10 @@ def _first_fields(path: Path) -> list[str]:
 def read_qrels(path: str | Path) -> QrelsFile:
     """Read TREC or BEIR qrels; see the module docstring for the rules."""
     path = _check_exists(path, "qrels")
-    first = [f.strip() for f in _first_fields(path)]
+    first_line = _first_line(path)
+    first = first_line.split()
+    if len(first) != 4 and len(first_line.split("\t")) == 3:  # BEIR ids may hold spaces
+        first = [f.strip() for f in first_line.split("\t")]
     if len(first) == 3:
         if tuple(f.lower() for f in first) != BEIR_QRELS_HEADER:
             raise InputError(
@@ -116,11 +179,11 @@ def read_qrels(path: str | Path) -> QrelsFile:
                 path,
                 1,
             )
-        frame = _read_table(path, n_cols=3, skip_header=True, cols=(0, 1, 2))
-        n_fields, grade_col = 3, 2
+        n_fields, cols = 3, ("q", "d", "g")
+        names = ["q", "d", "g"]
     elif len(first) == 4:
-        frame = _read_table(path, n_cols=4, skip_header=False, cols=(0, 2, 3))
-        n_fields, grade_col = 4, 3
+        n_fields, cols = 4, ("q", "d", "g")
+        names = ["q", "it", "d", "g"]
     else:
         raise InputError(
             f"qrels line has {len(first)} columns; expected 4 (TREC: qid iter docid grade) "
@@ -128,68 +191,41 @@ def read_qrels(path: str | Path) -> QrelsFile:
             path,
             1,
         )
-    if frame is None or not _grades_ok(frame[2]):
-        _scan_qrels(path, n_fields, grade_col)  # raises with the line number
-        raise AssertionError("unreachable")  # pragma: no cover
-    query_ids = frame[0].to_numpy(dtype=object)
-    doc_ids = frame[1].to_numpy(dtype=object)
-    grades = frame[2].astype(np.int64).to_numpy()
+    delimiter = "\t" if "\t" in first_line else " "
+    table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "g": pa.int64()}, delimiter)
+    if table is not None and n_fields == 3:
+        table = table.slice(1)  # the header line
+    if table is None:
+        query, doc, grades = _parse_qrels_slowly(path, n_fields)
+    else:
+        query = table["q"].combine_chunks()
+        doc = table["d"].combine_chunks()
+        grades = table["g"].to_numpy().astype(np.int64)
 
-    pair = pd.MultiIndex.from_arrays([query_ids, doc_ids])
-    dup = pair.duplicated()
+    q_codes, _ = _codes(query)
+    d_codes, d_dict = _codes(doc)
+    dup = _first_duplicate(q_codes * max(len(d_dict), 1) + d_codes)
     n_dup = int(dup.sum())
-    if n_dup:
-        first_grade = pd.Series(grades, index=pair).groupby(level=[0, 1]).transform("first").to_numpy()
-        if np.any(first_grade[dup] != grades[dup]):
-            _scan_qrels(path, n_fields, grade_col)
-        keep = ~dup
-        query_ids, doc_ids, grades = query_ids[keep], doc_ids[keep], grades[keep]
-    return QrelsFile(query_ids, doc_ids, grades, n_dup)
+    if n_dup:  # rare: let the line-by-line reader say whether the grades disagree
+        _parse_qrels_slowly(path, n_fields)
+        keep = pa.array(~dup)
+        query, doc, grades = query.filter(keep), doc.filter(keep), grades[~dup]
+    return QrelsFile(query, doc, grades, n_dup)
 
 
-def _grades_ok(column: pd.Series) -> bool:
-    try:
-        column.astype(np.int64)  # rejects "1.5", "1.0", "x" (int() rules)
-    except (ValueError, TypeError, OverflowError):
-        return False
-    return True
-
-
-def _read_table(path: Path, n_cols: int, skip_header: bool, cols: tuple[int, ...]) -> pd.DataFrame | None:
-    """Fast read of a whitespace-separated table as strings; None if the shape is off."""
-    try:
-        frame = pd.read_csv(
-            path,
-            sep=r"\s+",
-            header=None,
-            names=list(range(n_cols)),  # no usecols: it would hide lines with extra fields
-            dtype=str,
-            skiprows=1 if skip_header else 0,
-            engine="c",
-            quoting=3,  # csv.QUOTE_NONE: ids may contain quotes
-            na_filter=False,
-            compression="infer",
-            encoding="utf-8",
-        )
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
-        return None
-    if (frame[n_cols - 1] == "").any():  # a short line: fewer fields than expected
-        return None
-    frame = frame[list(cols)]
-    frame.columns = range(len(cols))
-    return frame
-
-
-def _scan_qrels(path: Path, n_fields: int, grade_col: int) -> None:
-    """Slow path: find the first bad qrels line and raise InputError naming it."""
+def _parse_qrels_slowly(path: Path, n_fields: int) -> tuple[pa.Array, pa.Array, NDArray[np.int64]]:
+    """Line by line: any whitespace layout; the first bad line raises InputError."""
     seen: dict[tuple[str, str], tuple[int, int]] = {}
+    queries: list[str] = []
+    docs: list[str] = []
+    grades: list[int] = []
     lines = _lines(path)
     if n_fields == 3:
         next(lines, None)  # header, already checked
     for no, fields in lines:
         if len(fields) != n_fields:
             raise InputError(f"expected {n_fields} columns, found {len(fields)}", path, no)
-        grade_text = fields[grade_col]
+        grade_text = fields[-1]
         if not _is_int(grade_text):
             raise InputError(f"grade {grade_text!r} is not an integer", path, no)
         qid, docid = fields[0], fields[1 if n_fields == 3 else 2]
@@ -203,7 +239,12 @@ def _scan_qrels(path: Path, n_fields: int, grade_col: int) -> None:
                 no,
             )
         seen.setdefault((qid, docid), (no, grade))
-    raise InputError("could not parse the qrels file", path)
+        queries.append(qid)
+        docs.append(docid)
+        grades.append(grade)
+    if not queries:
+        raise InputError("qrels file has no judgments", path)
+    return pa.array(queries, pa.string()), pa.array(docs, pa.string()), np.array(grades, np.int64)
 
 
 # --------------------------------------------------------------------------- runs
@@ -212,33 +253,32 @@ def _scan_qrels(path: Path, n_fields: int, grade_col: int) -> None:
 def read_run(path: str | Path) -> RunFile:
     """Read a TREC run (``qid Q0 docid rank score tag``), rows in file order."""
     path = _check_exists(path, "run")
-    first = _first_fields(path)
-    if len(first) != 6:
-        _scan_run(path)
-    frame = _read_table(path, n_cols=6, skip_header=False, cols=(0, 2, 4, 5))
-    if frame is None:
-        _scan_run(path)
-        raise AssertionError("unreachable")  # pragma: no cover
-    try:
-        scores = frame[2].astype(np.float64).to_numpy()
-    except ValueError:
-        scores = None
+    first_line = _first_line(path)
+    delimiter = "\t" if "\t" in first_line else " "
+    names = ["q", "q0", "d", "rank", "s", "tag"]
+    table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "s": pa.float64(), "tag": pa.string()}, delimiter)
+    if table is not None and len(first_line.split()) != 6:
+        table = None  # e.g. a 7-field first line that the fast reader took as 6
+    scores = None if table is None else table["s"].to_numpy()
     if scores is None or not np.isfinite(scores).all():
-        _scan_run(path)
-    query_ids = frame[0].to_numpy(dtype=object)
-    doc_ids = frame[1].to_numpy(dtype=object)
+        query, doc, scores, tag = _parse_run_slowly(path)
+    else:
+        query, doc = table["q"], table["d"]
+        tag = str(table["tag"][0]) if table.num_rows else ""
+    q_codes, q_dict = _codes(query)
+    d_codes, d_dict = _codes(doc)
     # A document listed twice for one query makes every metric ambiguous: refuse it.
-    codes_q, _ = pd.factorize(query_ids)
-    codes_d, uniq_d = pd.factorize(doc_ids)
-    key = codes_q.astype(np.int64) * max(len(uniq_d), 1) + codes_d
-    if len(np.unique(key)) != len(key):
-        _scan_run(path)
-    tag = str(frame[3].iloc[0]) if len(frame) else ""
-    return RunFile(query_ids, doc_ids, scores, tag)
+    if _first_duplicate(q_codes * max(len(d_dict), 1) + d_codes).any():
+        _parse_run_slowly(path)  # raises with the line number
+    return RunFile(q_codes, q_dict, d_codes, d_dict, np.ascontiguousarray(scores, np.float64), tag)
 
 
-def _scan_run(path: Path) -> None:
+def _parse_run_slowly(path: Path) -> tuple[pa.Array, pa.Array, NDArray[np.float64], str]:
     seen: dict[tuple[str, str], int] = {}
+    queries: list[str] = []
+    docs: list[str] = []
+    scores: list[float] = []
+    tag = ""
     for no, fields in _lines(path):
         if len(fields) != 6:
             raise InputError(
@@ -254,7 +294,11 @@ def _scan_run(path: Path) -> None:
                 no,
             )
         seen[key] = no
-    raise InputError("could not parse the run file", path)
+        queries.append(fields[0])
+        docs.append(fields[2])
+        scores.append(float(fields[4]))
+        tag = tag or fields[5]
+    return pa.array(queries, pa.string()), pa.array(docs, pa.string()), np.array(scores, np.float64), tag
 
 
 def write_run(
@@ -269,8 +313,9 @@ def write_run(
 
     Scores are written with 9 significant digits so float32 values round-trip.
     """
+    import pandas as pd  # writing is off the scorer's hot path
+
     path = Path(path)
-    n_q, depth = doc_idx.shape
     valid = doc_idx >= 0
     q_rows, cols = np.nonzero(valid)
     docs = np.asarray(doc_ids, dtype=object)[doc_idx[valid]]

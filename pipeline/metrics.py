@@ -24,11 +24,13 @@ Sources: trec_eval 9.0.8 (``P``, ``recall``, ``map_cut``, ``ndcg_cut``, ``recip_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 import numpy as np
-import pandas as pd
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Gain = Literal["exp", "linear"]
 
@@ -71,42 +73,88 @@ def discounts(depth: int) -> NDArray[np.float64]:
     return 1.0 / np.log2(np.arange(2, depth + 2, dtype=np.float64))
 
 
+#: Dense lookup tables are used while queries x judged documents stays under this many cells.
+_DENSE_CELLS = 1 << 28
+_DENSE_CHUNK = 1 << 24
+
+
 def grade_matrix(doc_idx: NDArray[np.integer], qrels: Qrels) -> NDArray[np.int64]:
     """Grade of every retrieved document: [n_queries, depth], 0 where unjudged or empty.
 
-    One vectorized lookup: judgments are keyed ``query * n_docs + doc``, sorted once, and
-    every cell of the ranking is found with ``searchsorted``. Negative grades become 0.
+    Vectorized lookup: documents are first mapped to a compact index over the judged
+    documents (unjudged ones drop out at once); then a dense (query x judged doc) table,
+    built in chunks of queries, answers each cell with one gather. When that table would be
+    too large, judgments keyed ``query * n_judged + doc`` are sorted once and found with
+    ``searchsorted``. Negative grades become 0.
     """
     doc_idx = np.asarray(doc_idx, dtype=np.int64)
     n_q, depth = doc_idx.shape
     known = qrels.doc_idx >= 0
+    out = np.zeros((n_q, depth), np.int64)
     if n_q == 0 or depth == 0 or not known.any():
-        return np.zeros((n_q, depth), np.int64)
-    n_docs = int(max(doc_idx.max(initial=-1), qrels.doc_idx.max())) + 1
-    keys = qrels.query_idx[known].astype(np.int64) * n_docs + qrels.doc_idx[known]
+        return out
+    q_j = qrels.query_idx[known].astype(np.int64)
+    d_j = qrels.doc_idx[known].astype(np.int64)
+    g_j = np.maximum(qrels.grade[known], 0).astype(np.int64)
+    n_docs = int(max(doc_idx.max(initial=-1), d_j.max())) + 1
+    is_judged = np.zeros(n_docs, np.bool_)
+    is_judged[d_j] = True
+    judged_docs = np.flatnonzero(is_judged)
+    n_judged = len(judged_docs)
+    compact = np.full(n_docs + 1, -1, np.int64)  # last slot: the -1 of empty cells
+    compact[judged_docs] = np.arange(n_judged)
+    d_compact = compact[d_j]
+    cell = compact[doc_idx]  # -1: unjudged document or empty slot
+    if n_q * n_judged <= _DENSE_CELLS:
+        dtype = np.int8 if g_j.max() <= np.iinfo(np.int8).max else np.int64
+        chunk = max(1, _DENSE_CHUNK // n_judged)
+        order = np.argsort(q_j, kind="stable")
+        q_sorted = q_j[order]
+        for start in range(0, n_q, chunk):
+            stop = min(n_q, start + chunk)
+            lo, hi = np.searchsorted(q_sorted, [start, stop])
+            sel = order[lo:hi]
+            table = np.zeros((stop - start, n_judged + 1), dtype)  # column n_judged stays 0
+            table[q_j[sel] - start, d_compact[sel]] = g_j[sel]
+            c = cell[start:stop]
+            c = np.where(c < 0, n_judged, c)
+            out[start:stop] = np.take_along_axis(table, c, axis=1)
+        return out
+    keys = q_j * n_judged + d_compact
     order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    sorted_grades = np.maximum(qrels.grade[known][order], 0)
-    lookup = np.arange(n_q, dtype=np.int64)[:, None] * n_docs + doc_idx
-    pos = np.searchsorted(sorted_keys, lookup)
-    pos = np.minimum(pos, len(sorted_keys) - 1)
-    hit = (sorted_keys[pos] == lookup) & (doc_idx >= 0)
-    return np.where(hit, sorted_grades[pos], 0).astype(np.int64)
+    sorted_keys, sorted_grades = keys[order], g_j[order]
+    hit_cells = np.nonzero(cell >= 0)
+    lookup = hit_cells[0] * n_judged + cell[hit_cells]
+    pos = np.minimum(np.searchsorted(sorted_keys, lookup), len(sorted_keys) - 1)
+    out[hit_cells] = np.where(sorted_keys[pos] == lookup, sorted_grades[pos], 0)
+    return out
 
 
 def ideal_matrix(qrels: Qrels, n_queries: int, depth: int) -> NDArray[np.int64]:
-    """Every judged grade of each query (clipped at 0) sorted descending, zero-padded to depth."""
+    """Every judged grade of each query (clipped at 0) sorted descending, zero-padded to depth.
+
+    Grades are small integers, so the sort is a count: the ideal grade at position p is the
+    number of levels g >= 1 for which the query has more than p judgments of grade >= g.
+    """
     out = np.zeros((n_queries, depth), np.int64)
     if len(qrels.grade) == 0 or depth == 0:
         return out
     grades = np.maximum(qrels.grade, 0)
-    order = np.lexsort((-grades, qrels.query_idx))
-    q = qrels.query_idx[order]
-    g = grades[order]
-    starts = np.searchsorted(q, q, side="left")
-    pos = np.arange(len(q)) - starts
-    keep = pos < depth
-    out[q[keep], pos[keep]] = g[keep]
+    top = int(grades.max())
+    if top == 0:
+        return out
+    if top > 64:  # unusual grade scales: sort instead of counting
+        order = np.lexsort((-grades, qrels.query_idx))
+        q, g = qrels.query_idx[order], grades[order]
+        pos = np.arange(len(q)) - np.searchsorted(q, q, side="left")
+        keep = pos < depth
+        out[q[keep], pos[keep]] = g[keep]
+        return out
+    counts = np.bincount(qrels.query_idx * (top + 1) + grades, minlength=n_queries * (top + 1))
+    at_least = np.cumsum(counts.reshape(n_queries, top + 1)[:, ::-1], axis=1)[:, ::-1]  # [q, g]: # grades >= g
+    positions = np.arange(depth)
+    for level in range(1, top + 1):
+        out += positions[None, :] < at_least[:, level, None]
     return out
 
 
@@ -180,8 +228,10 @@ class Evaluation:
         out["n_queries_no_relevant"] = self.n_queries_no_relevant
         return out
 
-    def per_query(self, query_ids: Iterable[str]) -> pd.DataFrame:
+    def per_query(self, query_ids: Iterable[str]) -> "pd.DataFrame":
         """One row per query: every family at every K, ``mrr``, ``map``, R and whether it counts."""
+        import pandas as pd  # only here: the scorer's hot path never builds the table
+
         names = [f"{family}_at_{k}" for family in self.families() for k in range(1, self.k_max + 1)]
         block = np.concatenate([self.values(f) for f in self.families()], axis=1)
         table = pd.DataFrame(block, columns=names)
@@ -229,8 +279,7 @@ def evaluate(
     grades = np.zeros((n_q, width), np.int64)
     grades[:, :depth] = grade_matrix(doc_idx, qrels)
     R = n_relevant(qrels, n_q, relevance_level)
-    has_rel = R > 0
-    R_safe = np.where(has_rel, R, 1).astype(np.float64)[:, None]
+    R_safe = np.maximum(R, 1).astype(np.float64)[:, None]
     ranks = np.arange(1, width + 1, dtype=np.float64)
 
     rel = grades >= relevance_level
@@ -238,27 +287,26 @@ def evaluate(
     precision_all = cum_rel / ranks
     ap_sum = np.cumsum(np.where(rel, precision_all, 0.0), axis=1)
     any_rel = rel.any(axis=1)
-    first = np.where(any_rel, rel.argmax(axis=1) + 1, 0)  # 1-based rank of the first relevant, 0 = none
-    rr = np.where(any_rel, 1.0 / np.maximum(first, 1), 0.0)
+    # 1-based rank of the first relevant document; width + 1 when there is none
+    first = np.where(any_rel, rel.argmax(axis=1) + 1, width + 1)
+    rr = np.where(any_rel, 1.0 / first, 0.0)
 
-    K = ranks[:k_max]
-    zero_unless = has_rel[:, None]  # queries with R = 0 score 0 everywhere (they are left out of means)
+    # A query with R = 0 has no document with grade >= relevance_level (>= 1), so every
+    # binary family below is 0 for it without masking.
     at_k: dict[str, NDArray[np.float64]] = {}
-    at_k["precision"] = np.where(zero_unless, precision_all[:, :k_max], 0.0)
-    at_k["recall"] = np.where(zero_unless, cum_rel[:, :k_max] / R_safe, 0.0)
-    at_k["hit_rate"] = np.where(zero_unless, cum_rel[:, :k_max] > 0, False).astype(np.float64)
-    at_k["mrr"] = np.where(zero_unless & (first[:, None] >= 1) & (first[:, None] <= K), rr[:, None], 0.0)
-    at_k["map"] = np.where(zero_unless, ap_sum[:, :k_max] / R_safe, 0.0)
+    at_k["precision"] = precision_all[:, :k_max]
+    at_k["recall"] = cum_rel[:, :k_max] / R_safe
+    at_k["hit_rate"] = (cum_rel[:, :k_max] > 0).astype(np.float64)
+    at_k["mrr"] = np.where(first[:, None] <= np.arange(1, k_max + 1), rr[:, None], 0.0)
+    at_k["map"] = ap_sum[:, :k_max] / R_safe
 
     disc = discounts(k_max)
-    at_k["cg"] = np.cumsum(grades[:, :k_max], axis=1, dtype=np.int64).astype(np.float64)
-    dcg = np.cumsum(gain_values(grades[:, :k_max], gain) * disc, axis=1)
+    head = grades[:, :k_max]
+    at_k["cg"] = np.cumsum(head, axis=1, dtype=np.float64)
+    dcg = np.cumsum(gain_values(head, gain) * disc, axis=1)
     idcg = np.cumsum(gain_values(ideal_matrix(qrels, n_q, k_max), gain) * disc, axis=1)
     at_k["dcg"] = dcg
     at_k["ndcg"] = np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg > 0)
 
-    full = {
-        "mrr": np.where(has_rel, rr, 0.0),
-        "map": np.where(has_rel, ap_sum[:, -1] / R_safe[:, 0], 0.0) if width else np.zeros(n_q),
-    }
+    full = {"mrr": rr, "map": ap_sum[:, -1] / R_safe[:, 0] if width else np.zeros(n_q)}
     return Evaluation(k_max=k_max, at_k=at_k, full=full, n_relevant=R)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
@@ -43,40 +44,60 @@ class Scored:
 
 def rank_run(
     run: RunFile, qrels_file: QrelsFile, tie_break: str = "score"
-) -> tuple[list[str], NDArray[np.int64], Qrels]:
+) -> tuple[list[str], NDArray[np.int64], Qrels, int]:
     """Turn string-keyed run and qrels into the arrays ``metrics.evaluate`` takes.
 
-    Returns (query ids, doc_idx [n_queries, depth] in rank order with -1 padding, Qrels).
+    Returns (judged query ids sorted, doc_idx [n_queries, depth] in rank order with -1
+    padding, Qrels, number of run queries without judgments). Ids are matched through
+    pyarrow hash tables on the distinct values only; rows are handled as integer codes.
     """
     if tie_break not in ("score", "docid_desc"):
         raise ValueError(f"tie_break must be 'score' or 'docid_desc', got {tie_break!r}")
-    query_codes, query_ids = pd.factorize(qrels_file.query_ids, sort=True)
+    query_ids = pc.array_sort_indices(pc.unique(qrels_file.query))
+    query_ids = pc.take(pc.unique(qrels_file.query), query_ids)
     n_q = len(query_ids)
-    n_judged = len(qrels_file.doc_ids)
-    # One document vocabulary for both files; sorted only when ids themselves break ties.
-    all_docs = np.concatenate([qrels_file.doc_ids, run.doc_ids])
-    doc_codes, _ = pd.factorize(all_docs, sort=tie_break == "docid_desc")
-    qrels = Qrels(
-        query_idx=query_codes.astype(np.int64),
-        doc_idx=doc_codes[:n_judged].astype(np.int64),
-        grade=qrels_file.grades.astype(np.int64),
-    )
-    run_docs = doc_codes[n_judged:].astype(np.int64)
-    run_q = pd.Index(query_ids).get_indexer(run.query_ids).astype(np.int64)  # -1: unjudged query
-    keep = run_q >= 0
-    run_q, run_docs, scores = run_q[keep], run_docs[keep], run.scores[keep]
+    # One document vocabulary for both files; sorted when ids break ties (byte order = strcmp).
+    vocab = pc.unique(pa.concat_arrays([qrels_file.doc, run.doc_dict]))
     if tie_break == "docid_desc":
-        order = np.lexsort((-run_docs, -scores, run_q))
+        vocab = pc.take(vocab, pc.array_sort_indices(vocab))
+    qrels = Qrels(
+        query_idx=_index_in(qrels_file.query, query_ids),
+        doc_idx=_index_in(qrels_file.doc, vocab),
+        grade=qrels_file.grades,
+    )
+    run_q = _index_in(run.query_dict, query_ids)[run.query_codes]  # -1: query without judgments
+    run_docs = _index_in(run.doc_dict, vocab)[run.doc_codes]
+    n_unjudged = int((_index_in(run.query_dict, query_ids) < 0).sum())
+    rows = np.flatnonzero(run_q >= 0)
+    run_q, run_docs, scores = run_q[rows], run_docs[rows], run.scores[rows]
+
+    # Usually a run is already in rank order within each query: check before sorting.
+    order = np.argsort(run_q, kind="stable")
+    q_s, s_s, d_s = run_q[order], scores[order], run_docs[order]
+    same_q = q_s[1:] == q_s[:-1]
+    if tie_break == "docid_desc":
+        in_order = (s_s[1:] > s_s[:-1]) | ((s_s[1:] == s_s[:-1]) & (d_s[1:] > d_s[:-1]))
     else:
-        order = np.lexsort((np.nonzero(keep)[0], -scores, run_q))
-    run_q, run_docs = run_q[order], run_docs[order]
-    counts = np.bincount(run_q, minlength=n_q)
+        in_order = s_s[1:] > s_s[:-1]  # ties keep file order: the stable argsort already did
+    if np.any(same_q & in_order):
+        if tie_break == "docid_desc":
+            order = np.lexsort((-run_docs, -scores, run_q))
+        else:
+            order = np.lexsort((rows, -scores, run_q))
+        q_s, d_s = run_q[order], run_docs[order]
+    counts = np.bincount(q_s, minlength=n_q)
     depth = int(counts.max(initial=0))
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pos = np.arange(len(run_q)) - starts[run_q]
+    pos = np.arange(len(q_s)) - starts[q_s]
     doc_idx = np.full((n_q, max(depth, 1)), -1, np.int64)
-    doc_idx[run_q, pos] = run_docs
-    return [str(q) for q in query_ids], doc_idx, qrels
+    doc_idx[q_s, pos] = d_s
+    return query_ids.to_pylist(), doc_idx, qrels, n_unjudged
+
+
+def _index_in(values: pa.Array, value_set: pa.Array) -> NDArray[np.int64]:
+    """Position of each value in ``value_set`` (-1 when absent)."""
+    found = pc.index_in(values, value_set=value_set)
+    return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def score_files(
@@ -89,8 +110,7 @@ def score_files(
 ) -> Scored:
     qrels_file = read_qrels(qrels_path)
     run = read_run(run_path)
-    query_ids, doc_idx, qrels = rank_run(run, qrels_file, tie_break)
-    unjudged = len(set(pd.unique(run.query_ids)) - set(query_ids))
+    query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
     evaluation = evaluate(doc_idx, qrels, k_max=k_max, gain=gain, relevance_level=relevance_level)  # type: ignore[arg-type]
     return Scored(query_ids, evaluation, unjudged)
 
@@ -174,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(means))
         return 0
     if args.per_query:
+        import pandas as pd
+
         with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
             print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         print()

@@ -255,3 +255,22 @@ def test_ideal_order_has_ndcg_one(case, gain):
     ev = evaluate(ranking, qrels, k_max=k_max, gain=gain)
     has_gain = ideal_matrix(qrels, n_q, k_max)[:, 0] > 0
     assert np.allclose(ev.at_k["ndcg"][has_gain], 1.0)
+
+
+def test_sparse_lookup_and_sorted_ideal_paths_agree_with_dense(monkeypatch):
+    """The searchsorted fallback (huge query x judged tables) and the sort-based ideal
+    (grade scales above 64) give the same numbers as the default paths."""
+    import pipeline.metrics as m
+
+    qrels, ranking, _ = random_collection(seed=11, n_q=50, n_docs=60, depth=30, judged=20)
+    dense = m.grade_matrix(ranking, qrels)
+    monkeypatch.setattr(m, "_DENSE_CELLS", 0)
+    assert np.array_equal(m.grade_matrix(ranking, qrels), dense)
+    big = Qrels(qrels.query_idx, qrels.doc_idx, qrels.grade * 100)
+    ideal = m.ideal_matrix(big, 50, 25)
+    expected = np.zeros((50, 25), np.int64)
+    for q in range(50):
+        g = np.sort(np.maximum(big.grade[big.query_idx == q], 0))[::-1][:25]
+        expected[q, : len(g)] = g
+    assert np.array_equal(ideal, expected)
+    assert np.array_equal(m.ideal_matrix(qrels, 50, 25), expected // 100)

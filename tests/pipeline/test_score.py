@@ -186,3 +186,19 @@ def test_bad_input_through_the_command_line(tmp_path):
     assert proc.returncode == 2 and "missing.txt: qrels file not found" in proc.stderr
     proc = run_cli(str(qrels), str(run), "--k", "0,5")
     assert proc.returncode == 2 and "--k values must be >= 1" in proc.stderr
+
+
+def test_irregular_whitespace_is_read_by_the_line_parser(tmp_path):
+    # runs of spaces, tabs and trailing blanks defeat the fast reader but are valid TREC
+    qrels = write(tmp_path / "qrels.txt", "q1  0\td1 1 \nq1 0 d2   2\n")
+    run = write(tmp_path / "run.txt", "q1 Q0  d2 1 2.0 t \nq1\tQ0 d1 2 1.0\tt\n")
+    means = score_files(str(qrels), str(run), k_max=2, gain="linear").evaluation.means([1, 2])
+    assert means["precision_at_1"] == 1.0 and means["ndcg_at_2"] == 1.0
+
+
+def test_unsorted_run_is_ranked_by_score(tmp_path):
+    qrels = write(tmp_path / "qrels.txt", "q1 0 d3 1\nq2 0 d1 1\n")
+    run = write(tmp_path / "run.txt", "q2 Q0 d1 1 0.5 t\nq1 Q0 d1 1 0.1 t\nq1 Q0 d3 2 0.9 t\nq2 Q0 d2 2 0.7 t\n")
+    ev = score_files(str(qrels), str(run), k_max=2).evaluation
+    assert ev.at_k["precision"][:, 0].tolist() == [1.0, 0.0]  # q1: d3 first; q2: d2 first
+    assert ev.full["mrr"].tolist() == [1.0, 0.5]
