@@ -1,0 +1,111 @@
+"""Attention curves: how much a generator uses each slot 1..k of its context.
+
+Each curve is a plain function ``curve(k, **params) -> float64[k]``; entry ``i - 1`` is the
+weight of slot ``i`` (higher = the generator uses that slot more). Only ratios of weights
+matter to ``context_utility`` (it divides by the best achievable sum under the same curve),
+so curves are not normalised. The config group ``conf/attention`` registers each one with
+``_partial_: true``, so ``hydra.utils.instantiate(cfg.attention)`` gives a callable ``curve(k)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pipeline.errors import InputError
+
+# Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts" (TACL 2024,
+# arXiv:2307.03172), multi-document QA with 20 total retrieved documents, GPT-3.5-Turbo
+# (0613): accuracy by position of the answer document (Table 6, Appendix G; Figure 5).
+# 75.8 / 53.8 / 63.2 at positions 1 / 10 / 20 are the numbers quoted in docs/design.md;
+# 57.2 / 55.4 at positions 5 / 15 are the same table's, as reproduced in a structured
+# summary of the paper (TACL 2024 vol. 12 pp. 157-173).
+LIU2023_POSITIONS: NDArray[np.float64] = np.array([1.0, 5.0, 10.0, 15.0, 20.0])
+LIU2023_ACCURACY: NDArray[np.float64] = np.array([0.758, 0.572, 0.538, 0.554, 0.632])
+LIU2023_N_DOCUMENTS = 20
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"an attention curve needs k >= 1 slots, got {k!r}")
+    return int(k)
+
+
+def _slot_fraction(k: int) -> NDArray[np.float64]:
+    """(i - 1) / (k - 1) for slots i = 1..k: 0 at the first slot, 1 at the last (k = 1: [0])."""
+    if k == 1:
+        return np.zeros(1)
+    return np.arange(k, dtype=np.float64) / (k - 1)
+
+
+def liu2023(k: int) -> NDArray[np.float64]:
+    """GPT-3.5-Turbo's accuracy by answer position (Liu et al. 2023), stretched over k slots.
+
+    Source: Liu et al. 2023, "Lost in the Middle" (TACL 2024), multi-document QA with 20
+    documents, GPT-3.5-Turbo, accuracy with the answer document at position 1, 5, 10, 15, 20:
+    75.8%, 57.2%, 53.8%, 55.4%, 63.2% (Table 6, Appendix G; positions 1, 10, 20 are the ones
+    quoted in docs/design.md).
+
+    Slot i of k maps to paper position p(i) = 1 + 19 (i - 1) / (k - 1) (k = 1: p = 1), and
+    the weight is the accuracy interpolated linearly between the five measured positions
+    (``np.interp``). Weights are raw accuracies as fractions, not normalised: at k = 20 the
+    slots 1, 5, 10, 15, 20 get exactly 0.758, 0.572, 0.538, 0.554, 0.632.
+    """
+    k = _check_k(k)
+    position = 1.0 + (LIU2023_N_DOCUMENTS - 1) * _slot_fraction(k)
+    return np.interp(position, LIU2023_POSITIONS, LIU2023_ACCURACY)
+
+
+def flat(k: int) -> NDArray[np.float64]:
+    """Every slot used equally: w(i) = 1. Under it every placement scores the same."""
+    return np.ones(_check_k(k))
+
+
+def log(k: int) -> NDArray[np.float64]:
+    """The DCG position discount w(i) = 1 / log2(i + 1) (Järvelin and Kekäläinen 2002).
+
+    With this curve and no reordering, context utility equals nDCG@K.
+    """
+    k = _check_k(k)
+    return 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+
+
+def u_shape(
+    k: int,
+    start: float = 1.0,
+    end: float = 0.85,
+    floor: float = 0.7,
+    power: float = 2.0,
+    center: float = 0.5,
+) -> NDArray[np.float64]:
+    """A parametric U: high at both ends of the context, lowest at ``center``.
+
+    With x = (i - 1) / (k - 1) the relative slot position (x = 0 for k = 1) and c = center:
+
+        w(x) = floor + (start - floor) * ((c - x) / c) ** power          for x <= c
+        w(x) = floor + (end - floor) * ((x - c) / (1 - c)) ** power      for x >  c
+
+    so w(0) = start, w(1) = end and w(c) = floor (the minimum, reached when a slot lands on
+    c). ``power`` sets how fast weight falls from the ends (1 = a V, larger = a flatter
+    bottom). The curve is stretched over the k slots, so it is recomputed for every K.
+    The defaults roughly follow Liu et al. 2023's GPT-3.5-Turbo curve divided by its first
+    value (1, 0.83 at the end, 0.71 in the middle); they are a shape, not a measurement.
+
+    Requires floor > 0 (weights positive), start >= floor, end >= floor, power > 0 and
+    0 < center < 1.
+    """
+    k = _check_k(k)
+    if not floor > 0:
+        raise InputError(f"attention u_shape: floor must be > 0, got {floor}")
+    if not (start >= floor and end >= floor):
+        raise InputError(
+            f"attention u_shape: start ({start}) and end ({end}) must be >= floor ({floor})"
+        )
+    if not power > 0:
+        raise InputError(f"attention u_shape: power must be > 0, got {power}")
+    if not 0 < center < 1:
+        raise InputError(f"attention u_shape: center must lie strictly between 0 and 1, got {center}")
+    x = _slot_fraction(k)
+    left = floor + (start - floor) * (np.clip(center - x, 0.0, None) / center) ** power
+    right = floor + (end - floor) * (np.clip(x - center, 0.0, None) / (1.0 - center)) ** power
+    return np.where(x <= center, left, right)

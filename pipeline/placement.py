@@ -1,0 +1,200 @@
+"""Context placement: the order in which a query's top-K chunks enter the generator's context.
+
+A strategy is a pure function ``strategy(k, weights=None) -> int64[k]`` whose entry ``s`` is
+the 0-based rank of the chunk placed in slot ``s + 1``: a permutation of ``0..k-1``. The
+config group ``conf/reorder`` registers each one with ``_partial_: true``. ``weights`` is the
+attention curve over the k slots (see ``pipeline.attention``); only ``attention_optimal``
+reads it.
+
+``place`` applies a strategy to a ranking; ``context_utility`` scores the placed order
+under an attention curve (docs/design.md, "Context placement and position-aware metrics").
+Retrieval metrics are computed on the ranking before placement; placement only permutes
+the top K, so counts of relevant chunks (precision, recall) are unchanged by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pipeline.errors import InputError
+
+Strategy = Callable[..., NDArray[np.int64]]
+Curve = Callable[[int], NDArray[np.float64]]
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"a placement needs k >= 0 slots, got {k!r}")
+    return int(k)
+
+
+def none(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
+    """Retriever order: slot i holds rank i (ranks 1..10 -> 1, 2, ..., 10)."""
+    return np.arange(_check_k(k), dtype=np.int64)
+
+
+def reverse(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
+    """Best chunk last, next to the question: ranks 1..10 -> 10, 9, ..., 1."""
+    return np.arange(_check_k(k), dtype=np.int64)[::-1].copy()
+
+
+def lost_in_the_middle(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
+    """Haystack's LostInTheMiddleRanker order: best first, second best last, alternating inwards.
+
+    Source: deepset-ai/haystack, haystack/components/rankers/lost_in_the_middle.py
+    (``LostInTheMiddleRanker.run``): starting from ``[0]``, rank j = 1..k-1 is inserted at
+    index ``len(order) // 2 + len(order) % 2``. That insertion rule always yields the even
+    ranks ascending followed by the odd ranks descending (0-based), for odd and even k:
+    k = 10 -> 1, 3, 5, 7, 9, 10, 8, 6, 4, 2 and k = 9 -> 1, 3, 5, 7, 9, 8, 6, 4, 2 (1-based).
+    """
+    k = _check_k(k)
+    return np.concatenate([np.arange(0, k, 2), np.arange(1, k, 2)[::-1]]).astype(np.int64)
+
+
+def lost_in_the_middle_langchain(
+    k: int, weights: NDArray[np.float64] | None = None
+) -> NDArray[np.int64]:
+    """LangChain's LongContextReorder order (LlamaIndex's LongContextReorder gives the same).
+
+    Source: langchain-ai/langchain,
+    libs/community/langchain_community/document_transformers/long_context_reorder.py
+    (``_litm_reordering``): the ranking is reversed (worst first), then item i of the reversed
+    list is appended if i is odd and inserted at the front if i is even. LlamaIndex
+    (run-llama/llama_index, llama-index-core/llama_index/core/postprocessor/node.py,
+    ``LongContextReorder``) sorts by ascending score and applies the same rule.
+
+    The result: the ranks of parity (k - 1) % 2 ascending, then the other ranks descending
+    (0-based). For even k the best chunk ends up last (k = 10 -> 2, 4, 6, 8, 10, 9, 7, 5, 3, 1,
+    1-based); for odd k it is first and the order equals Haystack's (k = 9 -> 1, 3, ..., 9,
+    8, ..., 2).
+    """
+    k = _check_k(k)
+    front = (k - 1) % 2
+    return np.concatenate(
+        [np.arange(front, k, 2), np.arange(1 - front, k, 2)[::-1]]
+    ).astype(np.int64)
+
+
+def attention_optimal(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
+    """The i-th ranked chunk goes to the slot with the i-th highest attention weight.
+
+    Slots are ordered by weight descending; equal weights keep slot order (earlier slot
+    first, a stable sort). By the rearrangement inequality this placement maximises
+    context utility whenever the ranking is in non-increasing order of grade.
+    ``weights`` (the attention curve over the k slots) is required.
+    """
+    k = _check_k(k)
+    if weights is None:
+        raise InputError("reorder attention_optimal needs the weights of an attention curve")
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (k,):
+        raise ValueError(f"attention_optimal: expected {k} weights, got shape {w.shape}")
+    slots_by_weight = np.argsort(-w, kind="stable")
+    permutation = np.empty(k, dtype=np.int64)
+    permutation[slots_by_weight] = np.arange(k, dtype=np.int64)
+    return permutation
+
+
+def place(
+    doc_idx: NDArray[np.int64],
+    k: int,
+    strategy: Strategy,
+    weights: NDArray[np.float64] | None = None,
+) -> NDArray[np.int64]:
+    """The context order of each query's top k: int64[n_queries, k].
+
+    Column s holds the document placed in slot s + 1, i.e. ``doc_idx[:, strategy(k)[s]]``.
+    Rankings shallower than k are padded with -1 first; -1 ("nothing") entries are moved like
+    any other, so a query with fewer than k results gets empty slots where its missing ranks
+    are placed (the permutation is the same for every query).
+    """
+    k = _check_k(k)
+    doc_idx = np.asarray(doc_idx)
+    if doc_idx.ndim != 2:
+        raise ValueError(f"place: doc_idx must be [n_queries, depth], got shape {doc_idx.shape}")
+    top = doc_idx[:, :k]
+    if top.shape[1] < k:
+        top = np.pad(top, ((0, 0), (0, k - top.shape[1])), constant_values=-1)
+    permutation = _checked_permutation(strategy(k, weights), k)
+    return top[:, permutation]
+
+
+def _checked_permutation(permutation: NDArray[np.int64], k: int) -> NDArray[np.int64]:
+    permutation = np.asarray(permutation)
+    if permutation.shape != (k,) or not np.array_equal(np.sort(permutation), np.arange(k)):
+        raise ValueError(f"placement strategy returned {permutation!r}, not a permutation of 0..{k - 1}")
+    return permutation.astype(np.int64, copy=False)
+
+
+def _gain(grades: NDArray, gain: str) -> NDArray[np.float64]:
+    grades = np.asarray(grades, dtype=np.float64)
+    if gain == "exp":
+        return np.exp2(grades) - 1.0
+    if gain == "linear":
+        return grades
+    raise InputError(f"gain must be 'exp' or 'linear', got {gain!r}")
+
+
+def _columns(array: NDArray, width: int) -> NDArray[np.float64]:
+    """The first ``width`` columns of a 2-D array as float64, zero-padded on the right."""
+    array = np.asarray(array, dtype=np.float64)
+    if array.shape[1] >= width:
+        return array[:, :width]
+    return np.pad(array, ((0, 0), (0, width - array.shape[1])))
+
+
+def context_utility(
+    grades: NDArray,
+    ideal: NDArray,
+    k_max: int,
+    strategy: Strategy,
+    curve: Curve,
+    gain: str = "exp",
+) -> NDArray[np.float64]:
+    """Context utility at every K = 1..k_max: float64[n_queries, k_max], column K - 1 for K.
+
+        context_utility_at_K = sum_s gain(rel at slot s) * w_K(s)
+                               / sum_j gain(ideal_j) * w_K^(j)
+
+    where w_K = curve(K) is the attention curve stretched over K slots, the placed order is
+    ``strategy(K, w_K)`` applied to the retriever's top K, ideal_j is the j-th best judged
+    grade of the query and w_K^(j) the j-th largest weight (the best documents in the best
+    slots, the maximum any placement of any ranking can reach). 0 when the denominator is 0
+    (no judged grade above 0). gain: "exp" = 2^rel - 1, "linear" = rel.
+    (docs/design.md, "Context placement and position-aware metrics".)
+
+    ``grades`` [n_queries, depth]: grade of the retrieved document at each rank (0 for
+    unjudged or nothing, already clipped >= 0); ``ideal`` [n_queries, >= k_max]: all judged
+    grades of each query sorted descending, zero-padded. Both are zero-padded to k_max if
+    narrower. With curve = log and strategy = none this is nDCG@K.
+    """
+    k_max = _check_k(k_max)
+    grades = np.asarray(grades)
+    ideal = np.asarray(ideal)
+    if grades.ndim != 2 or ideal.ndim != 2 or grades.shape[0] != ideal.shape[0]:
+        raise ValueError(
+            f"context_utility: grades {grades.shape} and ideal {ideal.shape} must be "
+            "[n_queries, depth] with the same number of queries"
+        )
+    gains = _gain(_columns(grades, k_max), gain)
+    # Sorting is cheap and makes the denominator right even for an unsorted ideal array.
+    ideal_gains = _gain(-np.sort(-_columns(ideal, max(k_max, ideal.shape[1])), axis=1), gain)
+    utility = np.zeros((grades.shape[0], k_max), dtype=np.float64)
+    for k in range(1, k_max + 1):
+        weights = np.asarray(curve(k), dtype=np.float64)
+        if weights.shape != (k,) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            raise ValueError(f"attention curve gave {weights!r} for K = {k}: need {k} finite weights >= 0")
+        permutation = _checked_permutation(strategy(k, weights), k)
+        # Weight received by each rank: the chunk of rank r sits in slot s where
+        # permutation[s] = r. Summing over ranks (not slots) makes the numerator of the
+        # attention-optimal placement of an ideal ranking the very same float sum as the
+        # denominator, so it scores exactly 1.
+        weight_of_rank = np.empty(k, dtype=np.float64)
+        weight_of_rank[permutation] = weights
+        numerator = (gains[:, :k] * weight_of_rank).sum(axis=1)
+        denominator = (ideal_gains[:, :k] * -np.sort(-weights)).sum(axis=1)
+        np.divide(numerator, denominator, out=utility[:, k - 1], where=denominator > 0)
+    return utility

@@ -1,0 +1,121 @@
+"""Figures (pipeline/plots.py): they build, show what they should, and save as PNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from pipeline import plots
+
+K_MAX = 10
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _curves(scale: float = 1.0) -> dict[str, np.ndarray]:
+    ks = np.arange(1, K_MAX + 1)
+    return {
+        "precision": scale * 0.8 / np.sqrt(ks),
+        "recall": scale * (1 - np.exp(-ks / 4)),
+        "ndcg": scale * np.linspace(0.5, 0.7, K_MAX),
+        "map": scale * np.linspace(0.4, 0.5, K_MAX),
+        "mrr": scale * np.linspace(0.6, 0.65, K_MAX),
+        "context_utility": scale * np.linspace(0.55, 0.75, K_MAX),
+    }
+
+
+def _saved_png(fig: Figure, path) -> bytes:
+    fig.savefig(path, dpi=80)
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 10_000  # three labelled panels with lines, not an empty canvas
+    return data
+
+
+def _vlines(ax) -> list:
+    return [line for line in ax.lines if line.get_label().startswith("k = ")]
+
+
+def test_k_sweep_figure(tmp_path):
+    curves = _curves()
+    fig = plots.k_sweep_figure(curves, k=5, title="bm25-none-k5")
+    assert isinstance(fig, Figure)
+    axes = fig.axes
+    assert len(axes) == 3
+    # Lines: precision + recall + k marker; ndcg + map + mrr + marker; utility + marker.
+    assert [len(ax.lines) for ax in axes] == [3, 4, 2]
+    for ax in axes:
+        (vline,) = _vlines(ax)
+        assert list(vline.get_xdata()) == [5, 5]
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+        assert ax.get_legend() is not None
+    labels = [line.get_label() for line in axes[0].lines]
+    assert labels[:2] == ["precision@K", "recall@K"]
+    precision_line = axes[0].lines[0]
+    np.testing.assert_array_equal(precision_line.get_xdata(), np.arange(1, K_MAX + 1))
+    np.testing.assert_allclose(precision_line.get_ydata(), curves["precision"])
+    np.testing.assert_allclose(axes[2].lines[0].get_ydata(), curves["context_utility"])
+    assert fig.get_suptitle() == "bm25-none-k5"
+    _saved_png(fig, tmp_path / "k_sweep.png")
+
+
+def test_k_sweep_figure_without_optional_curves_and_missing_keys():
+    curves = {key: v for key, v in _curves().items() if key not in ("map", "mrr")}
+    fig = plots.k_sweep_figure(curves, k=3, title="t")
+    assert [len(ax.lines) for ax in fig.axes] == [3, 2, 2]
+    assert list(_vlines(fig.axes[1])[0].get_xdata()) == [3, 3]
+    with pytest.raises(KeyError):
+        plots.k_sweep_figure({"precision": np.ones(3)}, k=1, title="t")
+
+
+def test_pr_curve_figure(tmp_path):
+    curves = _curves()
+    fig = plots.pr_curve_figure(curves["precision"], curves["recall"], title="PR")
+    (ax,) = fig.axes
+    (line,) = ax.lines
+    np.testing.assert_allclose(line.get_xdata(), curves["recall"])  # recall on x
+    np.testing.assert_allclose(line.get_ydata(), curves["precision"])
+    assert ax.get_xlabel() == "recall@K" and ax.get_ylabel() == "precision@K"
+    annotations = [text.get_text() for text in ax.texts]
+    assert annotations == ["K=1", "K=3", "K=5", "K=10"]
+    # The K=3 label sits on the K=3 point.
+    (k3,) = [text for text in ax.texts if text.get_text() == "K=3"]
+    assert k3.xy == pytest.approx((curves["recall"][2], curves["precision"][2]))
+    _saved_png(fig, tmp_path / "pr.png")
+    with pytest.raises(ValueError):
+        plots.pr_curve_figure(np.ones(3), np.ones(4), title="bad")
+
+
+def test_sweep_summary_figure(tmp_path):
+    names = ["bm25-none-k5", "dense-none-k5", "hybrid-lost_in_the_middle-k5"]
+    table = pd.DataFrame(
+        {
+            "run_name": names,
+            "ndcg_at_5": [0.61, 0.68, 0.72],
+            "recall_at_5": [0.55, 0.63, 0.70],
+        }
+    )
+    curves = {names[0]: _curves(0.9), names[1]: _curves(1.0)}  # the third job has no curves
+    fig = plots.sweep_summary_figure(table, curves, ["ndcg_at_5", "recall_at_5"])
+    bar_ax, ndcg_ax, recall_ax = fig.axes
+    assert len(fig.axes) == 3
+    # One bar per job and metric, heights (widths, horizontal bars) equal to the table.
+    assert len(bar_ax.patches) == 6
+    widths = sorted(round(p.get_width(), 6) for p in bar_ax.patches)
+    assert widths == sorted([0.61, 0.68, 0.72, 0.55, 0.63, 0.70])
+    assert [t.get_text() for t in bar_ax.get_yticklabels()] == names
+    # One line per job that has curves.
+    assert [line.get_label() for line in ndcg_ax.lines] == names[:2]
+    assert [line.get_label() for line in recall_ax.lines] == names[:2]
+    np.testing.assert_allclose(ndcg_ax.lines[1].get_ydata(), curves[names[1]]["ndcg"])
+    np.testing.assert_allclose(recall_ax.lines[0].get_ydata(), curves[names[0]]["recall"])
+    _saved_png(fig, tmp_path / "sweep.png")
+
+
+def test_sweep_summary_uses_the_index_without_a_name_column():
+    table = pd.DataFrame({"ndcg_at_10": [0.3, 0.4]}, index=["a", "b"])
+    fig = plots.sweep_summary_figure(table, {"a": _curves()}, ["ndcg_at_10"])
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
+    assert len(fig.axes[0].patches) == 2
+    assert [line.get_label() for line in fig.axes[1].lines] == ["a"]
