@@ -310,3 +310,36 @@ def evaluate(
 
     full = {"mrr": rr, "map": ap_sum[:, -1] / R_safe[:, 0] if width else np.zeros(n_q)}
     return Evaluation(k_max=k_max, at_k=at_k, full=full, n_relevant=R)
+
+
+def definition_card(gain: Gain, relevance_level: int, tie_rule: str) -> str:
+    """The metric definitions a run used, as Markdown (logged with every run)."""
+    gain_text = "2^rel - 1 (`gain: exp`)" if gain == "exp" else "rel (`gain: linear`, as trec_eval)"
+    return f"""# Metric definitions used by this run
+
+Grades are the integers of the qrels; unjudged documents have grade 0; negative grades
+count as 0. A document is relevant when grade >= {relevance_level} (`relevance_level`).
+rel_i is the grade at rank i (1-based); R is the number of relevant judged documents
+(judged documents missing from the corpus included, as trec_eval counts them).
+
+| key | definition |
+|---|---|
+| `precision_at_K` | (# relevant in top K) / K; K is the denominator even if fewer were retrieved |
+| `recall_at_K` | (# relevant in top K) / R |
+| `hit_rate_at_K` | 1 if any relevant document is in the top K, else 0 |
+| `mrr_at_K` | 1 / rank of the first relevant document within K, else 0; `mrr` = at full depth |
+| `map_at_K` | sum over relevant ranks i <= K of precision_at_i, divided by R (trec_eval `map_cut`); `map` = at full depth |
+| `cg_at_K` | sum of rel_i for i <= K |
+| `dcg_at_K` | sum of gain(rel_i) / log2(i + 1), gain = {gain_text} |
+| `ndcg_at_K` | dcg_at_K / idcg_at_K; idcg = DCG of all judged grades sorted descending, cut at K; 0 when idcg is 0 |
+| `context_utility_at_K` | sum gain(rel at slot i) * w(i) over the placed top K, divided by the same sum for the best judged documents in the best slots (w = the attention curve over K slots) |
+
+- Retrieval metrics are computed on the retriever's order; `context_utility_at_K` on the
+  placed order.
+- Means are over the queries with at least one relevant document (`n_queries`); judged
+  queries without one are left out and counted (`n_queries_no_relevant`). A judged query
+  that retrieved nothing scores 0.
+- Order: {tie_rule}
+- With `gain: linear` the numbers equal trec_eval (`P_K`, `recall_K`, `ndcg_cut_K`,
+  `map_cut_K`, `recip_rank`, `map`); with `gain: exp` nDCG equals ranx `ndcg_burges`.
+"""

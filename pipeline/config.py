@@ -1,0 +1,129 @@
+"""The top-level config schema (a structured config) and its checks.
+
+``conf/config.yaml`` starts its defaults list with ``base_config``, the dataclass below, so
+a mistyped top-level key or a non-integer ``k`` fails while Hydra composes, before any work.
+Checks that span keys (``k_max >= k``, an objective that exists) run at the start of
+``run()`` and raise :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.errors import InputError
+from pipeline.metrics import FAMILIES
+
+#: Families a run can report at a cut-off: the definition card plus context utility.
+RUN_FAMILIES = (*FAMILIES, "context_utility")
+
+
+class Gain(Enum):
+    exp = "exp"
+    linear = "linear"
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: str = "sqlite:///outputs/mlflow.db"
+    artifact_root: Optional[str] = "outputs/mlartifacts"  # for experiments this project creates
+    experiment: Optional[str] = None  # default: the dataset's name
+    run_name: Optional[str] = None  # default: {retriever}-{reorder}-k{k}
+    log_per_query_table: bool = True
+    http_retries: int = 2  # MLflow client retries against a server before giving up
+    http_timeout_s: int = 20
+
+
+@dataclass
+class PipelineConfig:
+    dataset: Any = None
+    retriever: Any = None
+    reorder: Any = None
+    attention: Any = None
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    k: int = 10  # the cut-off the run is about (context size)
+    k_max: int = 20  # every metric is computed for K = 1..k_max (curves)
+    gain: Gain = Gain.exp  # nDCG / DCG / context utility gain: 2^rel - 1 or rel
+    relevance_level: int = 1  # grade >= this counts as relevant
+    seed: int = 0
+    objective: str = "ndcg_at_10"  # what run() returns to a sweeper
+    cache_dir: str = "outputs/cache"
+
+
+ConfigStore.instance().store(name="base_config", node=PipelineConfig)
+
+_OBJECTIVE = re.compile(r"^(?P<family>[a-z_]+)_at_(?P<k>\d+)$")
+
+
+def check(cfg: DictConfig) -> None:
+    """Cross-key checks, before any work: raises InputError with a clear message."""
+    if cfg.k < 1:
+        raise InputError(f"k must be >= 1, got k={cfg.k}")
+    if cfg.k_max < cfg.k:
+        raise InputError(f"k_max must be >= k, got k={cfg.k} and k_max={cfg.k_max}")
+    if cfg.relevance_level < 1:
+        raise InputError(f"relevance_level must be >= 1, got {cfg.relevance_level}")
+    for group in ("dataset", "retriever", "reorder", "attention"):
+        if cfg.get(group) is None:
+            raise InputError(f"no {group} configured: choose one, e.g. {group}=...")
+    objective_k(cfg.objective, cfg.k_max)
+
+
+def objective_k(objective: str, k_max: int) -> int | None:
+    """The cut-off of an objective key (None for ``mrr``/``map``); InputError if unknown."""
+    if objective in ("mrr", "map"):
+        return None
+    match = _OBJECTIVE.match(objective)
+    if not match or match["family"] not in RUN_FAMILIES:
+        choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
+        raise InputError(f"objective {objective!r} is not a metric: use mrr, map or one of {choices}")
+    k = int(match["k"])
+    if not 1 <= k <= k_max:
+        raise InputError(f"objective {objective!r} needs K={k} within 1..k_max={k_max}")
+    return k
+
+
+def gain_name(cfg: DictConfig) -> str:
+    gain = cfg.gain
+    return gain.value if isinstance(gain, Enum) else str(gain)
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain containers (enums as strings)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
+    """``{"retriever.k1": "1.2", ...}``: the MLflow params of a resolved config."""
+    out: dict[str, str] = {}
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+    elif isinstance(tree, list) and any(isinstance(v, (dict, list)) for v in tree):
+        for i, value in enumerate(tree):
+            out.update(flatten(value, f"{prefix}{i}."))
+    else:
+        out[prefix[:-1]] = "null" if tree is None else str(tree)
+    return out
+
+
+def dataset_name(dataset: Any) -> str:
+    """The name a dataset config will carry, known before loading it (for experiment names)."""
+    get = dataset.get if hasattr(dataset, "get") else (lambda key, default=None: default)
+    if get("name"):
+        return str(get("name"))
+    if get("path"):
+        return Path(str(get("path"))).resolve().name
+    if get("id"):
+        return str(get("id"))
+    if get("corpus"):
+        return Path(str(get("corpus"))).resolve().parent.name
+    target = str(get("_target_", "dataset"))
+    return target.rsplit(".", 1)[-1].removeprefix("load_")

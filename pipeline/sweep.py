@@ -1,0 +1,125 @@
+"""Hydra callback that makes a multirun one sweep in MLflow.
+
+- ``on_multirun_start`` (in the launching process, before any job): creates the tracking
+  store once (parallel jobs creating a new sqlite store lose runs), the experiment and the
+  sweep's parent run, and writes ``<sweep dir>/mlflow_sweep.json`` for the jobs to read.
+- Each job's run carries the tag ``sweep_id`` and is nested under the parent run.
+- ``on_multirun_end``: a summary (table + figure comparing the jobs' headline metrics and
+  curves) written to ``<sweep dir>/summary`` and logged to the parent run.
+
+Works with any launcher (basic, joblib, submitit) and sweeper (basic, Optuna).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from pipeline import config as pconfig
+from pipeline import tracking
+from pipeline.run import SWEEP_FILE
+
+log = logging.getLogger(__name__)
+
+#: Families compared at each k used in the sweep (with the objective, mrr and map).
+_FAMILIES = ("ndcg", "precision", "recall", "context_utility")
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        sweep_id = f"{sweep_dir.parent.name}_{sweep_dir.name}_{uuid.uuid4().hex[:6]}"
+        info: dict[str, str] = {"sweep_id": sweep_id}
+        if config.tracking.enabled:
+            experiment = config.tracking.experiment or pconfig.dataset_name(config.dataset)
+            overrides = " ".join(config.hydra.overrides.task)
+            try:
+                info.update(tracking.start_sweep(config.tracking, experiment, sweep_id, {tracking.TAG_OVERRIDES: overrides}))
+            except tracking.TrackingError as err:
+                print(f"error: {err}", file=sys.stderr)
+                sys.exit(3)
+            info["experiment"] = experiment
+        (sweep_dir / SWEEP_FILE).write_text(json.dumps(info))
+        log.info("sweep %s started in %s", sweep_id, sweep_dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        path = sweep_dir / SWEEP_FILE
+        if not config.tracking.enabled or not path.exists():
+            return
+        info = json.loads(path.read_text())
+        try:
+            summarize(config.tracking, info, sweep_dir / "summary", objective=str(config.objective))
+        except tracking.TrackingError as err:
+            print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}.", file=sys.stderr)
+            sys.exit(3)
+
+
+def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str) -> Path:
+    """Compare the sweep's job runs: a table and a figure, on disk and on the parent run."""
+    import pandas as pd
+
+    from pipeline import plots
+
+    runs = tracking.sweep_runs(tracking_cfg, info["sweep_id"])
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for run in runs:
+        row: dict[str, Any] = {
+            "run_name": run.info.run_name,
+            "run_id": run.info.run_id,
+            "status": run.info.status,
+            "overrides": run.data.tags.get(tracking.TAG_OVERRIDES, ""),
+        }
+        row.update(run.data.metrics)
+        k = run.data.params.get("k")
+        for family in ("ndcg", "context_utility"):  # each job at its own k
+            row[f"{family}_at_k"] = run.data.metrics.get(f"{family}_at_{k}")
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if len(table):
+        ks = sorted({int(run.data.params.get("k", 0)) for run in runs} - {0})
+        wanted = [objective, "ndcg_at_k", "context_utility_at_k", *(f"{f}_at_{k}" for k in ks for f in _FAMILIES),
+                  "mrr", "map", "time_total_s"]
+        keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
+        table = table[["run_name", "run_id", "status", "overrides", *keys]]
+        if objective in table.columns:
+            table = table.sort_values(objective, ascending=False, kind="stable")
+    table.to_csv(out / "sweep_table.csv", index=False, float_format="%.6g")
+    (out / "sweep_table.md").write_text(_markdown(table))
+    if len(table):
+        labels = {run.info.run_id: f"{run.info.run_name} [{i}]" for i, run in enumerate(runs)}
+        curves = {
+            labels[run.info.run_id]: {
+                "ndcg": tracking.metric_history(tracking_cfg, run.info.run_id, "curve/ndcg"),
+                "recall": tracking.metric_history(tracking_cfg, run.info.run_id, "curve/recall"),
+            }
+            for run in runs
+        }
+        view = table.assign(run_name=table["run_id"].map(labels))
+        headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in view.columns]
+        plots.sweep_summary_figure(view, curves, headline).savefig(out / "sweep_summary.png", dpi=110)
+    tracking.finish_sweep(tracking_cfg, info["parent_run_id"], out, table)
+    print(f"sweep {info['sweep_id']}: {len(table)} runs; summary in {out.resolve()}")
+    if len(table):
+        print(_markdown(table.drop(columns=["run_id"])))
+    return out
+
+
+def _markdown(table: Any) -> str:
+    if not len(table):
+        return "(no runs)\n"
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in table.iterrows():
+        cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

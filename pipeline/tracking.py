@@ -1,0 +1,228 @@
+"""MLflow tracking: the only module that imports mlflow.
+
+One MLflow run per Hydra job: params (the flattened resolved config), metrics and K-sweep
+curves in batches, artifacts (plots, per-query table, TREC run, resolved config, definition
+card), the collection as the run's dataset input, and tags (Hydra overrides, git commit,
+sweep id). A Hydra multirun is one sweep: a parent run created before any job starts, the
+jobs nested under it, and a summary logged to it when the sweep ends (``pipeline.sweep``).
+
+Every failure of the store or server surfaces as :class:`TrackingError`; the caller has
+already written the results to disk and says where they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+#: Tag names (contracts: the sweep summary and users' searches rely on them).
+TAG_SWEEP = "sweep_id"
+TAG_OVERRIDES = "hydra_overrides"
+TAG_GIT = "git_commit"
+TAG_PARENT = "mlflow.parentRunId"
+TAG_SWEEP_PARENT = "sweep_parent"
+
+
+class TrackingError(RuntimeError):
+    """The tracking store or server failed; the results are on disk nonetheless."""
+
+
+@dataclass
+class RunRecord:
+    """Everything one job logs."""
+
+    experiment: str
+    run_name: str
+    params: dict[str, str]
+    metrics: dict[str, float]
+    curves: dict[str, np.ndarray]  # name -> values for K = 1..k_max (logged with step = K)
+    tags: dict[str, str]
+    artifacts_dir: Path  # every file below is logged, keeping the layout
+    dataset: dict[str, str]  # name, digest, source
+    table: "pd.DataFrame | None" = None  # shown in the UI through log_table
+
+
+def _configure_http(tracking_cfg: Any) -> None:
+    # Fail fast against a dead server instead of MLflow's default ~2 minutes of retries.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(tracking_cfg.http_retries))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(tracking_cfg.http_timeout_s))
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :])
+    return None
+
+
+@contextmanager
+def _errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except TrackingError:
+        raise
+    except Exception as exc:  # MlflowException, requests errors, sqlalchemy errors...
+        raise TrackingError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def client(tracking_cfg: Any):
+    """An MlflowClient on the configured store; a sqlite store's folder is created first."""
+    _configure_http(tracking_cfg)
+    import mlflow  # noqa: F401  (heavy: imported only when tracking)
+    from mlflow import MlflowClient
+
+    db = _sqlite_path(tracking_cfg.uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=tracking_cfg.uri)
+
+
+def ensure_store(tracking_cfg: Any) -> None:
+    """Create (migrate) the tracking store now, once, before parallel jobs start.
+
+    Two jobs creating a new sqlite store at once lose runs ("table ... already exists").
+    """
+    with _errors(f"cannot open the MLflow store {tracking_cfg.uri}"):
+        client(tracking_cfg).search_experiments(max_results=1)
+
+
+def experiment_id(mlflow_client: Any, name: str, tracking_cfg: Any) -> str:
+    """The experiment's id, created (with artifacts under ``artifact_root``) if missing.
+
+    Parallel jobs may race to create it: the loser reads the winner's.
+    """
+    found = mlflow_client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if tracking_cfg.artifact_root and _sqlite_path(tracking_cfg.uri) is not None:
+        location = (Path(tracking_cfg.artifact_root).resolve() / name.replace("/", "_")).as_uri()
+    try:
+        return mlflow_client.create_experiment(name, artifact_location=location)
+    except Exception:
+        found = mlflow_client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def _retrying(fn, attempts: int = 5):
+    """sqlite under parallel writers may answer 'database is locked': wait and try again."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)
+
+
+def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = None) -> str:
+    """Log one job as one MLflow run; returns its run id. Raises TrackingError."""
+    with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
+        mlflow_client = client(tracking_cfg)
+        from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
+        from mlflow.entities import Dataset as DatasetEntity
+
+        exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, tracking_cfg))
+        tags = dict(record.tags)
+        if parent_run_id:
+            tags[TAG_PARENT] = parent_run_id
+        run = _retrying(lambda: mlflow_client.create_run(exp_id, run_name=record.run_name, tags=tags))
+        run_id = run.info.run_id
+        try:
+            now = int(time.time() * 1000)
+            metrics = [Metric(key, float(value), now, 0) for key, value in record.metrics.items()]
+            for name, values in record.curves.items():
+                metrics += [Metric(name, float(v), now, step) for step, v in enumerate(values, start=1)]
+            params = [Param(key, value[:6000]) for key, value in record.params.items()]
+            _retrying(lambda: mlflow_client.log_batch(run_id, metrics=metrics, params=params))
+            dataset = DatasetEntity(
+                name=record.dataset["name"],
+                digest=record.dataset["digest"][:36],
+                source_type="local" if Path(record.dataset["source"]).exists() else "code",
+                source=json.dumps({"uri": record.dataset["source"]}),
+            )
+            _retrying(
+                lambda: mlflow_client.log_inputs(
+                    run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])]
+                )
+            )
+            if record.table is not None:
+                mlflow_client.log_table(run_id, data=record.table, artifact_file="per_query_table.json")
+            mlflow_client.log_artifacts(run_id, str(record.artifacts_dir))
+        except Exception:
+            _retrying(lambda: mlflow_client.set_terminated(run_id, status="FAILED"))
+            raise
+        _retrying(lambda: mlflow_client.set_terminated(run_id, status="FINISHED"))
+        return run_id
+
+
+def log_metric_now(tracking_cfg: Any, run_id: str, key: str, value: float) -> None:
+    with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
+        client(tracking_cfg).log_metric(run_id, key, value)
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def start_sweep(tracking_cfg: Any, experiment: str, sweep_id: str, tags: Mapping[str, str]) -> dict[str, str]:
+    """Create the store and the sweep's parent run before any job starts."""
+    with _errors(f"cannot start the sweep's MLflow parent run at {tracking_cfg.uri}"):
+        ensure_store(tracking_cfg)
+        mlflow_client = client(tracking_cfg)
+        exp_id = experiment_id(mlflow_client, experiment, tracking_cfg)
+        run = mlflow_client.create_run(
+            exp_id,
+            run_name=f"sweep-{sweep_id}",
+            tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", **tags},
+        )
+        return {"sweep_id": sweep_id, "parent_run_id": run.info.run_id, "experiment_id": exp_id}
+
+
+def sweep_runs(tracking_cfg: Any, sweep_id: str) -> list[Any]:
+    """The job runs of a sweep (any experiment), oldest first."""
+    with _errors(f"cannot read the sweep's runs from {tracking_cfg.uri}"):
+        mlflow_client = client(tracking_cfg)
+        exp_ids = [e.experiment_id for e in mlflow_client.search_experiments()]
+        runs = mlflow_client.search_runs(
+            exp_ids,
+            filter_string=f"tags.{TAG_SWEEP} = '{sweep_id}'",
+            max_results=5000,
+            order_by=["attributes.start_time ASC"],
+        )
+        return [run for run in runs if run.data.tags.get(TAG_SWEEP_PARENT) != "true"]
+
+
+def metric_history(tracking_cfg: Any, run_id: str, key: str) -> np.ndarray:
+    with _errors(f"cannot read metric {key} of run {run_id}"):
+        history = client(tracking_cfg).get_metric_history(run_id, key)
+        return np.array([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
+
+
+def finish_sweep(
+    tracking_cfg: Any,
+    parent_run_id: str,
+    summary_dir: Path,
+    table: "pd.DataFrame",
+    status: str = "FINISHED",
+) -> None:
+    """Log the summary folder (table, figure) and the table itself to the parent run."""
+    with _errors(f"cannot log the sweep summary to {tracking_cfg.uri}"):
+        mlflow_client = client(tracking_cfg)
+        mlflow_client.log_table(parent_run_id, data=table, artifact_file="summary/sweep_table.json")
+        mlflow_client.log_artifacts(parent_run_id, str(summary_dir), artifact_path="summary")
+        mlflow_client.set_terminated(parent_run_id, status=status)
