@@ -1,0 +1,273 @@
+"""The experiment app: every config option runs, the MLflow contract holds, sweeps lose nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from pipeline.run import CURVES, run
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+SAMPLE = ROOT / "pipeline" / "sample"
+
+FAMILIES_AT_K = ("precision", "recall", "hit_rate", "mrr", "map", "cg", "dcg", "ndcg", "context_utility")
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory) -> Path:
+    """One migrated MLflow sqlite store; tests copy it (creating one costs about a second)."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def store(tmp_path, migrated_store) -> str:
+    db = tmp_path / "mlflow.db"
+    shutil.copy(migrated_store, db)
+    return f"sqlite:///{db}"
+
+
+def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env
+    )
+
+
+# --------------------------------------------------------------- every option runs
+
+
+def _options() -> list[tuple[str, str]]:
+    found = []
+    for path in sorted(CONF.glob("*/*.yaml")):
+        group = path.parent.name
+        if group in ("hydra",):
+            continue
+        found.append((group, path.stem))
+    return found
+
+
+def _overrides_for(group: str, option: str, tmp_path: Path) -> list[str] | None:
+    """Overrides that make one option runnable on the sample collection (None: compose only)."""
+    base = [f"cache_dir={tmp_path / 'cache'}", "tracking=none", "k=5", "k_max=10"]
+    if group == "dataset":
+        extra = {
+            "sample": [],
+            "beir": [f"dataset.path={SAMPLE}"],
+            "trec": [f"dataset.qrels={SAMPLE / 'qrels' / 'test.tsv'}", f"dataset.queries={SAMPLE / 'queries.jsonl'}",
+                     f"dataset.corpus={SAMPLE / 'corpus.jsonl'}"],
+            "ir_datasets": None,  # needs a registered id: tests/pipeline/test_data.py covers it
+        }[option]
+        return None if extra is None else [*base, f"dataset={option}", *extra]
+    if group == "retriever" and option == "run_file":
+        run_path = tmp_path / "bm25.trec"
+        run_path.write_text("".join(f"{q} Q0 {d} {r} {10 - r} ext\n" for q, d, r in _sample_run()))
+        return [*base, "retriever=run_file", f"retriever.path={run_path}"]
+    if group == "tracking":
+        return None if option != "none" else base  # local and server: test_mlflow_contract, test_server.py
+    if group == "experiment":
+        return None  # a sweeper overlay: test_optuna_experiment
+    return [*base, f"{group}={option}"]
+
+
+def _sample_run():
+    corpus = [json.loads(line)["_id"] for line in (SAMPLE / "corpus.jsonl").read_text().splitlines()]
+    queries = [json.loads(line)["_id"] for line in (SAMPLE / "queries.jsonl").read_text().splitlines()]
+    rng = np.random.default_rng(0)
+    for q in queries:
+        for r, d in enumerate(rng.choice(corpus, 8, replace=False), start=1):
+            yield q, d, r
+
+
+@pytest.mark.parametrize("group,option", _options())
+def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outputs/ of runs without Hydra's job dir land here
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides = _overrides_for(group, option, tmp_path)
+    if overrides is None:
+        cfg = compose_cfg([f"{group}={option}"] + (["dataset.id=x"] if option == "ir_datasets" else []))
+        assert OmegaConf.to_yaml(cfg)  # composes and resolves
+        return
+    cfg = compose_cfg(overrides)
+    value = run(cfg)
+    assert 0.0 <= value <= 1.0
+    results = sorted(tmp_path.glob("outputs/runs/*/*/results/metrics.json"))
+    assert len(results) == 1
+    metrics = json.loads(results[0].read_text())["metrics"]
+    assert value == metrics["ndcg_at_10"]
+    assert metrics["n_queries"] >= 40
+    if group == "retriever" and option != "run_file":
+        assert metrics["ndcg_at_10"] > 0.3  # a real retriever, not noise
+
+
+def test_objective_and_bad_settings_fail_at_once(tmp_path):
+    for args, words in [
+        (["k=0"], "k must be >= 1, got k=0"),
+        (["k=10", "k_max=5"], "k_max must be >= k"),
+        (["objective=ndcg_at_50"], "needs K=50 within 1..k_max=20"),
+        (["objective=accuracy"], "is not a metric"),
+        (["relevance_level=0"], "relevance_level must be >= 1"),
+        (["dataset=beir"], "dataset.path is required"),
+        (["dataset=beir", f"dataset.path={tmp_path / 'nowhere'}"], "nowhere"),
+    ]:
+        proc = cli(*args, f"hydra.run.dir={tmp_path / 'run'}", "tracking=none")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert words in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    proc = cli("retriever=nonexistent", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode != 0 and "retriever/nonexistent" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("k=abc", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode != 0 and "k" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------- MLflow contract
+
+
+def test_mlflow_contract(tmp_path, store):
+    from mlflow import MlflowClient
+
+    proc = cli(
+        "k=5", "reorder=lost_in_the_middle", f"tracking.uri={store}",
+        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.run.dir={tmp_path / 'run'}",
+        f"cache_dir={tmp_path / 'cache'}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.get_experiment_by_name("sample")
+    (run_,) = client.search_runs([experiment.experiment_id])
+    assert run_.info.run_name == "bm25-lost_in_the_middle-k5"
+    assert run_.info.run_id in proc.stdout
+    disk = json.loads((tmp_path / "run" / "results" / "metrics.json").read_text())
+    logged = run_.data.metrics
+    for family in FAMILIES_AT_K:
+        assert logged[f"{family}_at_5"] == pytest.approx(disk["metrics"][f"{family}_at_5"], abs=1e-12)
+    assert logged["ndcg_at_10"] == disk["metrics"]["ndcg_at_10"]
+    for key in ("mrr", "map", "n_queries", "n_queries_no_relevant", "time_load_s", "time_retrieve_s",
+                "time_score_s", "time_track_s"):
+        assert key in logged, key
+    assert not any("@" in key for key in logged)
+    for name in CURVES:
+        history = client.get_metric_history(run_.info.run_id, f"curve/{name}")
+        assert [m.step for m in sorted(history, key=lambda m: m.step)] == list(range(1, 21))
+        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(disk["curves"][name])
+    params = run_.data.params
+    assert params["k"] == "5" and params["reorder._target_"] == "pipeline.placement.lost_in_the_middle"
+    assert params["retriever.k1"] == "1.2" and params["gain"] == "exp"
+    tags = run_.data.tags
+    assert tags["hydra_overrides"].startswith("k=5 reorder=lost_in_the_middle")
+    assert len(tags.get("git_commit", "x" * 40)) == 40
+    artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
+    assert {"metrics.json", "per_query.csv", "run.trec", "config.yaml", "definition_card.md", "plots",
+            "per_query_table.json"} <= artifacts
+    plots = {a.path for a in client.list_artifacts(run_.info.run_id, "plots")}
+    assert plots == {"plots/k_sweep.png", "plots/precision_recall.png"}
+    (dataset_input,) = client.get_run(run_.info.run_id).inputs.dataset_inputs
+    assert dataset_input.dataset.name == "sample" and len(dataset_input.dataset.digest) > 8
+
+
+# --------------------------------------------------------------- sweeps
+
+
+def _sweep_runs(store: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(ids, max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "true"]
+    jobs = [r for r in runs if r.data.tags.get("sweep_parent") != "true"]
+    return client, parents, jobs
+
+
+@pytest.mark.slow
+def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
+    store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
+    proc = cli(
+        "-m", "hydra/launcher=joblib", "retriever=bm25,dense", "k=3,5,10", f"tracking.uri={store}",
+        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"cache_dir={tmp_path / 'cache'}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client, parents, jobs = _sweep_runs(store)
+    assert len(parents) == 1 and len(jobs) == 6
+    assert {r.info.status for r in jobs} == {"FINISHED"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
+    assert {r.data.tags["sweep_id"] for r in jobs} == {parents[0].data.tags["sweep_id"]}
+    assert sorted(r.info.run_name for r in jobs) == sorted(
+        f"{ret}-none-k{k}" for ret in ("bm25", "dense") for k in (3, 5, 10)
+    )
+    summary = {a.path for a in client.list_artifacts(parents[0].info.run_id, "summary")}
+    assert {"summary/sweep_table.csv", "summary/sweep_summary.png"} <= summary
+    assert parents[0].info.status in ("RUNNING", "FINISHED")
+    assert client.get_run(parents[0].info.run_id).info.status == "FINISHED"
+    table = (tmp_path / "sweep" / "summary" / "sweep_table.csv").read_text().splitlines()
+    assert len(table) == 7  # header + 6 jobs
+
+
+@pytest.mark.slow
+def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
+    proc = cli(
+        "-m", "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10", f"tracking.uri={store}",
+        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"cache_dir={tmp_path / 'cache'}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parents, jobs = _sweep_runs(store)
+    assert len(jobs) == 12 and len(parents) == 1
+    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 11 + ["miss"]
+    # placement changes context utility, never the retrieval metrics
+    by_k: dict[str, set[float]] = {}
+    for r in jobs:
+        by_k.setdefault(r.data.params["k"], set()).add(r.data.metrics[f"ndcg_at_{r.data.params['k']}"])
+    assert all(len(v) == 1 for v in by_k.values())
+    cu = {r.data.params["reorder._target_"]: r.data.metrics["context_utility_at_10"] for r in jobs
+          if r.data.params["k"] == "10"}
+    assert cu["pipeline.placement.attention_optimal"] >= max(cu.values()) - 1e-12
+    assert len(set(cu.values())) > 1
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher(tmp_path, store):
+    proc = cli(
+        "-m", "hydra/launcher=submitit_local", "k=3,5", f"tracking.uri={store}",
+        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"cache_dir={tmp_path / 'cache'}", "hydra.launcher.timeout_min=10",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parents, jobs = _sweep_runs(store)
+    assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["bm25-none-k3", "bm25-none-k5"]
+
+
+@pytest.mark.slow
+def test_optuna_experiment_tunes_bm25(tmp_path, store):
+    proc = cli(
+        "-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"tracking.uri={store}",
+        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"cache_dir={tmp_path / 'cache'}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parents, jobs = _sweep_runs(store)
+    assert len(jobs) == 3 and len(parents) == 1
+    k1s = {r.data.params["retriever.k1"] for r in jobs}
+    assert len(k1s) == 3 and "1.2" not in k1s  # the sampler chose them
+    best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
+    optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
+    assert f"{best}"[:8] in optimization
