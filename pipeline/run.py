@@ -187,6 +187,12 @@ def run(cfg: DictConfig) -> float:
     ctx = job_context()
     timings: dict[str, float] = {}
     start = time.perf_counter()
+    tracker = tracking.Tracker.shared(cfg.tracking) if cfg.tracking.enabled else None
+    return _run(cfg, ctx, timings, start, tracker)
+
+
+def _run(cfg: DictConfig, ctx: JobContext, timings: dict[str, float], start: float,
+         tracker: tracking.Tracker | None) -> float:
 
     with _timed(timings, "load"):
         collection = instantiate(cfg.dataset)
@@ -209,7 +215,7 @@ def run(cfg: DictConfig) -> float:
     objective = float(metrics[cfg.objective])
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)
 
-    if cfg.tracking.enabled:
+    if tracker is not None:
         sweep = _sweep_info(ctx)
         experiment = cfg.tracking.experiment or collection.name
         tags = {
@@ -238,8 +244,8 @@ def run(cfg: DictConfig) -> float:
         )
         t0 = time.perf_counter()
         try:
-            run_id = tracking.log_run(cfg.tracking, record, parent_run_id=parent)
-            tracking.log_metric_now(cfg.tracking, run_id, "time_track_s", time.perf_counter() - t0)
+            run_id = tracker.log_run(record, parent_run_id=parent)
+            tracker.log_metric(run_id, "time_track_s", time.perf_counter() - t0)
         except tracking.TrackingError as err:
             raise TrackingFailed(
                 f"error: {err}\nThe results are safe on disk in {results.resolve()} "

@@ -80,6 +80,8 @@ def _errors(what: str) -> Iterator[None]:
 
 def client(tracking_cfg: Any):
     """An MlflowClient on the configured store; a sqlite store's folder is created first."""
+    if tracking_cfg.uri in _CLIENTS:
+        return _CLIENTS[tracking_cfg.uri]
     _configure_http(tracking_cfg)
     import mlflow  # noqa: F401  (heavy: imported only when tracking)
     from mlflow import MlflowClient
@@ -174,6 +176,80 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
 def log_metric_now(tracking_cfg: Any, run_id: str, key: str, value: float) -> None:
     with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
         client(tracking_cfg).log_metric(run_id, key, value)
+
+
+_CLIENTS: dict[str, Any] = {}
+
+
+def _worker_open(tracking_cfg: Any) -> None:
+    """Runs in the tracking process as soon as it starts: import mlflow, open the store."""
+    try:
+        import mlflow.entities  # noqa: F401  (what log_run needs, imported ahead of it)
+        import pandas  # noqa: F401
+
+        _CLIENTS[tracking_cfg.uri] = client(tracking_cfg)
+        if _sqlite_path(tracking_cfg.uri) is not None:
+            _CLIENTS[tracking_cfg.uri].search_experiments(max_results=1)
+    except Exception:  # reported by the first real call, with its own message
+        _CLIENTS.pop(tracking_cfg.uri, None)
+
+
+class Tracker:
+    """MLflow in a separate process, started before the job computes anything.
+
+    Importing mlflow and opening a sqlite store take ~3 s of CPU; done here, in a process of
+    its own, they overlap with loading, retrieval and scoring instead of adding to the job.
+    ``log_run`` then only waits for the logging itself. Failures come back as TrackingError.
+    """
+
+    def __init__(self, tracking_cfg: Any) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.tracking_cfg = tracking_cfg
+        self._pool = ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_open,
+            initargs=(tracking_cfg,),
+        )
+        self._pool.submit(int)  # start the process (and its initializer) now
+
+    def _call(self, fn, *args: Any) -> Any:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(fn, *args).result()
+        except BrokenProcessPool as exc:
+            raise TrackingError(f"the MLflow tracking process died: {exc}") from None
+
+    def log_run(self, record: RunRecord, parent_run_id: str | None = None) -> str:
+        return self._call(log_run, self.tracking_cfg, record, parent_run_id)
+
+    def log_metric(self, run_id: str, key: str, value: float) -> None:
+        self._call(log_metric_now, self.tracking_cfg, run_id, key, value)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    _shared: dict[str, "Tracker"] = {}
+
+    @classmethod
+    def shared(cls, tracking_cfg: Any) -> "Tracker":
+        """One tracking process per job process and store, reused by the jobs of a sequential
+        sweep (each would otherwise pay the mlflow import again); closed at exit."""
+        tracker = cls._shared.get(tracking_cfg.uri)
+        if tracker is None or tracker._broken():
+            if not cls._shared:
+                import atexit
+
+                atexit.register(lambda: [t.close() for t in cls._shared.values()])
+            tracker = cls._shared[tracking_cfg.uri] = cls(tracking_cfg)
+        tracker.tracking_cfg = tracking_cfg
+        return tracker
+
+    def _broken(self) -> bool:
+        return bool(getattr(self._pool, "_broken", False))
 
 
 # --------------------------------------------------------------------------- sweeps

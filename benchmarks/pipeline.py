@@ -1,0 +1,100 @@
+"""Wall time of whole pipeline jobs on SciFact, and the share spent in MLflow.
+
+    python benchmarks/pipeline.py [--data ../shared/data/scifact] [--repeat 2]
+
+1. ``python -m pipeline dataset=beir dataset.path=SCIFACT`` (bm25) with a cold ranking cache
+   and with a warm one, tracked to a fresh sqlite store (created beforehand, as a sweep does).
+   MLflow's share of the warm job is shown two ways: the job's own wait for tracking
+   (``time_track_s``, the tracking process opens the store while the job computes) over its
+   wall time, and the wall-time difference against the same job with ``tracking=none``.
+2. A 12-job sweep over reorder x k (basic launcher) against one cold job (goal: < 4x).
+Goals: tracking under 5% of the warm job; the sweep under 4x one cold job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def job(*args: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"job failed ({proc.returncode}): {' '.join(args)}\n{proc.stderr[-2000:]}")
+    return wall, proc.stdout
+
+
+def logged_metrics(store: str, run_id: str) -> dict[str, float]:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=store).get_run(run_id).data.metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "scifact"))
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    data = Path(args.data).resolve()
+    if not data.exists():
+        raise SystemExit(f"no collection at {data}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        from mlflow import MlflowClient
+
+        MlflowClient(tracking_uri=store).search_experiments()  # create the store once
+        common = [
+            "dataset=beir", f"dataset.path={data}", f"tracking.uri={store}",
+            f"tracking.artifact_root={tmp_path / 'artifacts'}",
+        ]
+        colds, warms, nones, waits = [], [], [], []
+        for i in range(args.repeat):
+            cache = f"cache_dir={tmp_path / f'cache{i}'}"
+            wall, _ = job(*common, cache, f"hydra.run.dir={tmp_path / f'cold{i}'}")
+            colds.append(wall)
+            wall, out = job(*common, cache, f"hydra.run.dir={tmp_path / f'warm{i}'}")
+            warms.append(wall)
+            run_id = out.split("MLflow run ", 1)[1].split()[0]
+            metrics = logged_metrics(store, run_id)
+            waits.append(metrics["time_track_s"])
+            wall, _ = job(*common, cache, "tracking=none", f"hydra.run.dir={tmp_path / f'none{i}'}")
+            nones.append(wall)
+        cold, warm, none = min(colds), min(warms), min(nones)
+        wait = min(waits)
+        print(f"SciFact (5,183 docs, 300 queries), bm25, best of {args.repeat}")
+        print(f"  cold cache job (index + search + track)   {cold:7.2f} s")
+        print(f"  warm cache job                            {warm:7.2f} s")
+        print(f"  warm cache job, tracking=none             {none:7.2f} s")
+        print(f"  job's wait for MLflow (time_track_s)      {wait:7.2f} s = {wait / warm:.1%} of the warm job (goal < 5%)")
+        print(f"  wall difference tracked - untracked       {warm - none:7.2f} s = {(warm - none) / warm:.1%} of the warm job")
+
+        t0 = time.perf_counter()
+        sweep_cache = f"cache_dir={tmp_path / 'sweep-cache'}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipeline", "-m", *common, sweep_cache,
+             "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+            capture_output=True, text=True, cwd=ROOT,
+        )
+        sweep = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(proc.stderr[-2000:])
+        table = (tmp_path / "sweep" / "summary" / "sweep_table.csv").read_text().splitlines()
+        print(f"12-job sweep reorder x k ({len(table) - 1} runs logged)  {sweep:7.2f} s = {sweep / cold:.2f}x one cold job (goal < 4x)")
+        print(json.dumps({"cold_s": cold, "warm_s": warm, "untracked_s": none, "track_wait_s": wait,
+                          "sweep_s": sweep, "sweep_over_cold": sweep / cold}))
+
+
+if __name__ == "__main__":
+    main()
