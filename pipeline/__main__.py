@@ -6,13 +6,12 @@ import hydra
 from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
-from pipeline.run import exit_on_user_error, run
+from pipeline.run import run_job
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    with exit_on_user_error():
-        return run(cfg)
+    return run_job(cfg)
 
 
 if __name__ == "__main__":

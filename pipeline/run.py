@@ -271,27 +271,40 @@ def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metri
     print("\n".join(lines))
 
 
-@contextmanager
-def exit_on_user_error() -> Iterator[None]:
-    """User mistakes and tracking failures: one message on stderr and a non-zero exit status,
-    no traceback (set HYDRA_FULL_ERROR=1 to see one)."""
-    debug = os.environ.get("HYDRA_FULL_ERROR") == "1"
+FAILED_FILE = "FAILED"
+
+
+def _user_error(exc: BaseException) -> tuple[str, int] | None:
+    """(message, exit status) when ``exc`` is the user's mistake or a tracking failure."""
+    err: BaseException | None = exc
+    while err is not None:  # instantiate() wraps the loader's own error
+        if isinstance(err, (InputError, TrackingFailed)):
+            return str(err), err.exit_code
+        if isinstance(err, MissingMandatoryValue):
+            key = getattr(err, "full_key", None) or str(err)
+            return f"error: {key} is required: set it on the command line, e.g. {key}=...", 2
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def run_job(cfg: DictConfig) -> float:
+    """``run(cfg)`` for the command line: a user mistake or a tracking failure prints one
+    message and no traceback (``HYDRA_FULL_ERROR=1`` shows one). A single run then exits
+    with its status (2: bad input, 3: tracking); a sweep job returns NaN and leaves a
+    ``FAILED`` note in its folder, so the other jobs still run and the sweep ends non-zero
+    after its summary (``pipeline.sweep``)."""
     try:
-        yield
+        return run(cfg)
     except Exception as exc:
-        if debug:
+        found = _user_error(exc)
+        if found is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        err: BaseException | None = exc
-        while err is not None:  # instantiate() wraps the loader's own error
-            if isinstance(err, InputError):
-                print(str(err), file=sys.stderr)
-                sys.exit(err.exit_code)
-            if isinstance(err, TrackingFailed):
-                print(str(err), file=sys.stderr)
-                sys.exit(err.exit_code)
-            if isinstance(err, MissingMandatoryValue):
-                key = getattr(err, "full_key", None) or str(err)
-                print(f"error: {key} is required: set it on the command line, e.g. {key}=...", file=sys.stderr)
-                sys.exit(2)
-            err = err.__cause__ or err.__context__
-        raise
+        message, code = found
+        ctx = job_context()
+        if ctx.sweep_dir is None:
+            print(message, file=sys.stderr)
+            sys.exit(code)
+        print(f"job {ctx.output_dir.name} ({' '.join(ctx.overrides)}): {message}", file=sys.stderr)
+        ctx.output_dir.mkdir(parents=True, exist_ok=True)
+        (ctx.output_dir / FAILED_FILE).write_text(f"{' '.join(ctx.overrides)}\n{message}\n")
+        return float("nan")

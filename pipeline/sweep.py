@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from pipeline import config as pconfig
 from pipeline import tracking
-from pipeline.run import SWEEP_FILE
+from pipeline.run import FAILED_FILE, SWEEP_FILE
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +52,25 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        failed = sorted(sweep_dir.glob(f"*/{FAILED_FILE}"))
         path = sweep_dir / SWEEP_FILE
-        if not config.tracking.enabled or not path.exists():
-            return
-        info = json.loads(path.read_text())
-        try:
-            summarize(config.tracking, info, sweep_dir / "summary", objective=str(config.objective))
-        except tracking.TrackingError as err:
-            print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}.", file=sys.stderr)
-            sys.exit(3)
+        if config.tracking.enabled and path.exists():
+            info = json.loads(path.read_text())
+            try:
+                summarize(config.tracking, info, sweep_dir / "summary", objective=str(config.objective),
+                          status="FAILED" if failed else "FINISHED")
+            except tracking.TrackingError as err:
+                print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}.", file=sys.stderr)
+                sys.exit(3)
+        if failed:
+            print(f"error: {len(failed)} job(s) of the sweep failed:", file=sys.stderr)
+            for note in failed:
+                overrides, message = note.read_text().split("\n", 1)
+                print(f"  {note.parent}: {overrides}: {message.strip()}", file=sys.stderr)
+            sys.exit(2)
 
 
-def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str) -> Path:
+def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str, status: str = "FINISHED") -> Path:
     """Compare the sweep's job runs: a table and a figure, on disk and on the parent run."""
     import pandas as pd
 
@@ -107,7 +114,7 @@ def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str
         view = table.assign(run_name=table["run_id"].map(labels))
         headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in view.columns]
         plots.sweep_summary_figure(view, curves, headline).savefig(out / "sweep_summary.png", dpi=110)
-    tracking.finish_sweep(tracking_cfg, info["parent_run_id"], out, table)
+    tracking.finish_sweep(tracking_cfg, info["parent_run_id"], out, table, status=status)
     print(f"sweep {info['sweep_id']}: {len(table)} runs; summary in {out.resolve()}")
     if len(table):
         print(_markdown(table.drop(columns=["run_id"])))

@@ -271,3 +271,18 @@ def test_optuna_experiment_tunes_bm25(tmp_path, store):
     best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
     optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
     assert f"{best}"[:8] in optimization
+
+
+def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
+    proc = cli(
+        "-m", "k=0,5", f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
+    )
+    assert proc.returncode == 2
+    assert "1 job(s) of the sweep failed" in proc.stderr and "k must be >= 1, got k=0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    client, parents, jobs = _sweep_runs(store)
+    assert [r.info.run_name for r in jobs] == ["bm25-none-k5"]
+    assert client.get_run(parents[0].info.run_id).info.status == "FAILED"
+    assert (tmp_path / "sweep" / "0" / "FAILED").exists()
+    assert (tmp_path / "sweep" / "summary" / "sweep_table.csv").exists()
