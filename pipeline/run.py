@@ -186,13 +186,9 @@ def run(cfg: DictConfig) -> float:
     config.check(cfg)
     ctx = job_context()
     timings: dict[str, float] = {}
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
+    # The tracking process imports mlflow and opens the store while this one computes.
     tracker = tracking.Tracker.shared(cfg.tracking) if cfg.tracking.enabled else None
-    return _run(cfg, ctx, timings, start, tracker)
-
-
-def _run(cfg: DictConfig, ctx: JobContext, timings: dict[str, float], start: float,
-         tracker: tracking.Tracker | None) -> float:
 
     with _timed(timings, "load"):
         collection = instantiate(cfg.dataset)
@@ -241,6 +237,7 @@ def _run(cfg: DictConfig, ctx: JobContext, timings: dict[str, float], start: flo
             artifacts_dir=results,
             dataset={"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
             table=_per_query_view(ev, collection, cfg.k) if cfg.tracking.log_per_query_table else None,
+            start_time_ms=int(started_at * 1000),
         )
         t0 = time.perf_counter()
         try:

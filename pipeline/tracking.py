@@ -53,13 +53,15 @@ class RunRecord:
     artifacts_dir: Path  # every file below is logged, keeping the layout
     dataset: dict[str, str]  # name, digest, source
     table: "pd.DataFrame | None" = None  # shown in the UI through log_table
+    start_time_ms: int | None = None  # when the job started (the UI's duration)
 
 
 def _configure_http(tracking_cfg: Any) -> None:
     # Fail fast against a dead server instead of MLflow's default ~2 minutes of retries.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(tracking_cfg.http_retries))
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(tracking_cfg.http_timeout_s))
+    # The config wins over the environment: it is what the run logs as its params.
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(tracking_cfg.http_retries)
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(tracking_cfg.http_timeout_s)
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -143,7 +145,9 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
         tags = dict(record.tags)
         if parent_run_id:
             tags[TAG_PARENT] = parent_run_id
-        run = _retrying(lambda: mlflow_client.create_run(exp_id, run_name=record.run_name, tags=tags))
+        run = _retrying(
+            lambda: mlflow_client.create_run(exp_id, run_name=record.run_name, tags=tags, start_time=record.start_time_ms)
+        )
         run_id = run.info.run_id
         try:
             now = int(time.time() * 1000)
@@ -167,7 +171,10 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
                 mlflow_client.log_table(run_id, data=record.table, artifact_file="per_query_table.json")
             mlflow_client.log_artifacts(run_id, str(record.artifacts_dir))
         except Exception:
-            _retrying(lambda: mlflow_client.set_terminated(run_id, status="FAILED"))
+            try:  # keep the original error: marking the run may fail for the same reason
+                mlflow_client.set_terminated(run_id, status="FAILED")
+            except Exception as exc:
+                log.warning("could not mark run %s as FAILED: %s", run_id, exc)
             raise
         _retrying(lambda: mlflow_client.set_terminated(run_id, status="FINISHED"))
         return run_id
