@@ -90,7 +90,7 @@ def retrieve(cfg: DictConfig, collection: Collection, depth: int) -> tuple[Ranki
         return retriever.search(collection.query_ids, collection.query_texts, depth)
 
     return cache.load_or_compute_ranking(
-        Path(cfg.cache_dir), key, compute, reuse_deeper=getattr(retriever, "reuse_deeper", True)
+        Path(cfg.cache_dir), key, compute, reuse_deeper=getattr(retriever, "prefix_stable", False)
     )
 
 

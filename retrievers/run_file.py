@@ -1,0 +1,129 @@
+"""A "retriever" that reads a TREC run produced elsewhere (another system, a reranker).
+
+The run (``qid Q0 docid rank score tag``, read and validated by ``pipeline.formats.read_run``)
+is mapped onto the collection: ``index`` records the corpus's document ids, ``search``
+returns, for each requested query, its documents ordered by score descending, then
+
+- ``tie_break: doc_index`` (default): document index in the corpus ascending — the
+  project's rule for its own retrievers;
+- ``tie_break: docid_desc``: document id descending (string order), which is what
+  trec_eval does, so metrics then equal trec_eval's exactly.
+
+The rank column is ignored (trec_eval ignores it too). Ordering uses the file's scores at
+full (float64) precision; the Ranking stores them as float32. Nothing is dropped silently:
+documents that are not in the corpus are skipped, counted and logged (a warning); queries
+of the run that were not asked for are counted and logged; queries absent from the run
+get empty rows (all ``-1``). The counts of the last search are in ``report``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.formats import RunFile, read_run
+from retrievers.base import Ranking
+
+log = logging.getLogger(__name__)
+
+TIE_BREAKS = ("doc_index", "docid_desc")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class RunFileRetriever:
+    """Serve a TREC run file as a Ranking over the collection's queries and documents.
+
+    Args:
+        path: the run file (``.gz`` accepted).
+        tie_break: ``doc_index`` (default) or ``docid_desc`` (trec_eval's order).
+    """
+
+    prefix_stable = True
+
+    def __init__(self, path: str | Path, tie_break: str = "doc_index"):
+        if tie_break not in TIE_BREAKS:
+            raise ValueError(f"unknown tie_break {tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
+        self.path = Path(path).expanduser()
+        self.tie_break = tie_break
+        self._doc_index: pd.Index | None = None
+        self._run: RunFile | None = None
+        self.report: dict[str, int] = {}
+
+    def cache_key(self) -> dict[str, Any]:
+        path = self.path.resolve()
+        sha = file_sha256(path) if path.is_file() else None  # a missing file fails in search()
+        return {"retriever": "run_file", "path": str(path), "sha256": sha, "tie_break": self.tie_break}
+
+    def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
+        index = pd.Index(np.asarray(doc_ids, dtype=object))
+        if not index.is_unique:
+            raise ValueError("document ids must be unique to map a run file onto them")
+        self._doc_index = index
+
+    def _read(self) -> RunFile:
+        if self._run is None:
+            self._run = read_run(self.path)
+            log.info("read run %s: %d lines", self.path, len(self._run.doc_ids))
+        return self._run
+
+    def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
+        if self._doc_index is None:
+            raise RuntimeError("call index() before search()")
+        queries = pd.Index(np.asarray(query_ids, dtype=object))
+        if not queries.is_unique:
+            raise ValueError("query ids must be unique to map a run file onto them")
+        run = self._read()
+        n_q = len(queries)
+        q = queries.get_indexer(run.query_ids).astype(np.int64)
+        d = self._doc_index.get_indexer(run.doc_ids).astype(np.int64)
+
+        asked = q >= 0
+        unknown = asked & (d < 0)
+        n_unknown = int(unknown.sum())
+        n_other_queries = len(pd.unique(run.query_ids[~asked])) if (~asked).any() else 0
+        if n_unknown:
+            examples = ", ".join(map(repr, pd.unique(run.doc_ids[unknown])[:3]))
+            log.warning(
+                "run %s: %d result lines name documents that are not in the corpus (e.g. %s); skipped",
+                self.path, n_unknown, examples,
+            )
+        if n_other_queries:
+            log.info("run %s: %d queries are not among the collection's queries; ignored", self.path, n_other_queries)
+
+        keep = asked & (d >= 0)
+        q, d, scores = q[keep], d[keep], run.scores[keep]
+        if self.tie_break == "docid_desc":
+            codes, _ = pd.factorize(run.doc_ids[keep], sort=True)  # code order = id string order
+            order = np.lexsort((-codes, -scores, q))
+        else:
+            order = np.lexsort((d, -scores, q))
+        q, d, scores = q[order], d[order], scores[order]
+        starts = np.searchsorted(q, np.arange(n_q))
+        pos = np.arange(len(q)) - starts[q]
+        fill = pos < depth
+        doc_idx = np.full((n_q, depth), -1, np.int64)
+        out_scores = np.full((n_q, depth), -np.inf, np.float32)
+        doc_idx[q[fill], pos[fill]] = d[fill]
+        out_scores[q[fill], pos[fill]] = scores[fill]
+        n_empty = n_q - len(np.unique(q))
+        if n_empty:
+            log.info("run %s: %d of %d queries have no results in it", self.path, n_empty, n_q)
+        self.report = {
+            "run_unknown_docs": n_unknown,
+            "run_other_queries": n_other_queries,
+            "run_queries_without_results": n_empty,
+        }
+        return Ranking(doc_idx, out_scores)

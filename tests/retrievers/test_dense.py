@@ -1,0 +1,239 @@
+"""Dense retrieval: exact search against numpy brute force, faiss against exact, the cache,
+and one check with the real (bundled, offline) MiniLM model."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import retrievers.dense as dense_mod
+from retrievers.dense import DenseRetriever, exact_search
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class HashEncoder:
+    """Deterministic bag-of-words: each word adds +-1 to a hashed dimension."""
+
+    def __init__(self, dim: int = 64):
+        self.dim = dim
+        self.calls: list[list[str]] = []
+
+    def cache_key(self) -> str:
+        return f"hash-bow-{self.dim}"
+
+    def encode(self, sentences, batch_size=32, **kwargs):
+        self.calls.append(list(sentences))
+        out = np.zeros((len(sentences), self.dim), np.float32)
+        for i, text in enumerate(sentences):
+            for word in text.lower().split():
+                h = int.from_bytes(hashlib.md5(word.encode()).digest()[:8], "little")
+                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        return out
+
+
+class GaussianEncoder(HashEncoder):
+    """Each word is a fixed random Gaussian vector: continuous scores, ties only between duplicates."""
+
+    def cache_key(self) -> str:
+        return f"gauss-bow-{self.dim}"
+
+    def encode(self, sentences, batch_size=32, **kwargs):
+        self.calls.append(list(sentences))
+        out = np.zeros((len(sentences), self.dim), np.float32)
+        for i, text in enumerate(sentences):
+            for word in text.lower().split():
+                seed = int.from_bytes(hashlib.md5(word.encode()).digest()[:8], "little")
+                out[i] += np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+        return out
+
+
+def make_texts(n: int, seed: int, vocab: int = 300) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(f"w{j}" for j in rng.integers(0, vocab, size=int(rng.integers(3, 30)))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[str]:
+    docs = make_texts(250, seed=1)
+    docs[11] = docs[10]  # exact duplicates tie: the lower index must come first
+    docs[200] = docs[10]
+    return docs
+
+
+@pytest.fixture(scope="module")
+def queries() -> list[str]:
+    return make_texts(40, seed=2) + ["w1 w2 w3"]
+
+
+def ids(n: int, prefix: str = "d") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def brute_force(q: np.ndarray, d: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    scores = q.astype(np.float64) @ d.astype(np.float64).T
+    order = np.lexsort((np.broadcast_to(np.arange(d.shape[0]), scores.shape), -scores), axis=1)[:, :depth]
+    return order, np.take_along_axis(scores, order, axis=1)
+
+
+@pytest.mark.parametrize("depth", [1, 7, 100, 300])
+def test_exact_search_equals_brute_force_with_ties(corpus, queries, depth, monkeypatch):
+    monkeypatch.setattr(dense_mod, "_MAX_DENSE_CELLS", 250 * 6)  # force several query chunks
+    r = DenseRetriever(encoder=HashEncoder(), normalize=False)  # integer scores: exact ties
+    r.index(ids(len(corpus)), corpus)
+    got = r.search(ids(len(queries), "q"), queries, depth)
+    want_idx, want_scores = brute_force(r.encode(queries), r.doc_embeddings, min(depth, len(corpus)))
+    n = min(depth, len(corpus))
+    np.testing.assert_array_equal(got.doc_idx[:, :n], want_idx)
+    np.testing.assert_array_equal(got.scores[:, :n], want_scores.astype(np.float32))
+    assert (got.doc_idx[:, n:] == -1).all() and np.isneginf(got.scores[:, n:]).all()
+    # ties are frequent with integer scores, also across the cut-off: else the test is vacuous
+    _, full = brute_force(r.encode(queries), r.doc_embeddings, len(corpus))
+    if n < len(corpus):
+        assert (full[:, n - 1] == full[:, n]).sum() >= 3
+    if n > 1:
+        assert (np.diff(got.scores[:, :n], axis=1) == 0).sum() > 10
+
+
+def test_normalized_scores_are_cosines(corpus, queries):
+    enc = HashEncoder()
+    r = DenseRetriever(encoder=enc, normalize=True)
+    r.index(ids(len(corpus)), corpus)
+    got = r.search(ids(len(queries), "q"), queries, 10)
+    raw_q = HashEncoder().encode(queries)
+    raw_d = HashEncoder().encode(corpus)
+    cos = (raw_q @ raw_d.T) / np.outer(np.linalg.norm(raw_q, axis=1), np.linalg.norm(raw_d, axis=1))
+    _, want_scores = brute_force(
+        raw_q / np.linalg.norm(raw_q, axis=1, keepdims=True), raw_d / np.linalg.norm(raw_d, axis=1, keepdims=True), 10
+    )
+    np.testing.assert_allclose(got.scores, np.take_along_axis(cos, got.doc_idx, axis=1), atol=1e-6)
+    np.testing.assert_allclose(got.scores, want_scores, atol=1e-6)
+    assert got.scores.max() <= 1 + 1e-6 and got.scores.max() > 0.3
+    # the duplicates 10, 11, 200 appear in that order wherever they appear
+    for row in got.doc_idx:
+        seen = [d for d in row if d in (10, 11, 200)]
+        assert seen == sorted(seen)
+
+
+def test_faiss_flat_equals_exact(corpus, queries):
+    pytest.importorskip("faiss")
+    exact = DenseRetriever(encoder=GaussianEncoder())
+    exact.index(ids(len(corpus)), corpus)
+    flat = DenseRetriever(encoder=GaussianEncoder(), index="flat")
+    flat.index(ids(len(corpus)), corpus)
+    for depth in (5, 50, 400):
+        a = exact.search(ids(len(queries), "q"), queries, depth)
+        b = flat.search(ids(len(queries), "q"), queries, depth)
+        np.testing.assert_array_equal(a.doc_idx, b.doc_idx)
+        np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)
+    assert b.doc_idx.shape == (len(queries), 400) and (b.doc_idx[:, 250:] == -1).all()
+    q_dup = [corpus[10]]  # documents 10, 11, 200 tie at the top: index order
+    assert flat.search(["q"], q_dup, 3).doc_idx[0].tolist() == [10, 11, 200]
+
+
+def test_faiss_hnsw_finds_nearly_all_exact_neighbours(corpus, queries):
+    pytest.importorskip("faiss")
+    exact = DenseRetriever(encoder=GaussianEncoder())
+    exact.index(ids(len(corpus)), corpus)
+    hnsw = DenseRetriever(encoder=GaussianEncoder(), index="hnsw", hnsw_m=16, hnsw_ef_search=64)
+    hnsw.index(ids(len(corpus)), corpus)
+    a = exact.search(ids(len(queries), "q"), queries, 10)
+    b = hnsw.search(ids(len(queries), "q"), queries, 10)
+    recall = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(a.doc_idx, b.doc_idx)])
+    assert recall >= 0.9
+    assert not hnsw.prefix_stable and exact.prefix_stable
+    assert hnsw.cache_key()["hnsw"] == [16, 200, 64] and "hnsw" not in exact.cache_key()
+
+
+def test_prefixes_reach_the_encoder():
+    enc = HashEncoder()
+    r = DenseRetriever(encoder=enc, query_prefix="query: ", doc_prefix="passage: ")
+    r.index(["a", "b"], ["alpha beta", "gamma"])
+    r.search(["q"], ["alpha"], 2)
+    assert enc.calls == [["passage: alpha beta", "passage: gamma"], ["query: alpha"]]
+
+
+def test_embeddings_are_cached_and_invalidated(tmp_path, corpus, queries):
+    enc = HashEncoder()
+    first = DenseRetriever(encoder=enc, cache_dir=tmp_path)
+    first.index(ids(len(corpus)), corpus)
+    r1 = first.search(ids(len(queries), "q"), queries, 10)
+    assert len(enc.calls) == 2 and first.last_cache_hits == {"docs": False, "queries": False}
+
+    enc2 = HashEncoder()
+    second = DenseRetriever(encoder=enc2, cache_dir=tmp_path)
+    second.index(ids(len(corpus)), corpus)
+    r2 = second.search(ids(len(queries), "q"), queries, 10)
+    assert enc2.calls == [] and second.last_cache_hits == {"docs": True, "queries": True}
+    np.testing.assert_array_equal(r1.doc_idx, r2.doc_idx)
+    np.testing.assert_array_equal(r1.scores, r2.scores)
+
+    edited = list(corpus)
+    edited[3] = edited[3] + " w7"
+    second.index(ids(len(corpus)), edited)  # one document changed: the corpus is re-encoded
+    assert len(enc2.calls) == 1 and len(enc2.calls[0]) == len(corpus)
+    DenseRetriever(encoder=enc2, cache_dir=tmp_path, doc_prefix="p: ").index(ids(len(corpus)), corpus)
+    assert len(enc2.calls) == 2  # another prefix: another cache entry
+    DenseRetriever(encoder=HashEncoder(dim=32), cache_dir=tmp_path).index(ids(len(corpus)), corpus)
+    files = sorted(p.suffix for p in (tmp_path / "arrays").iterdir())
+    assert set(files) == {".json", ".npy"} and len(files) == 2 * 5  # 4 doc entries + 1 query entry
+
+
+def test_cache_key_and_identity(tmp_path):
+    r = DenseRetriever(model=str(tmp_path), query_prefix="q: ")
+    (tmp_path / "weights.bin").write_bytes(b"1234")
+    key = r.cache_key()
+    assert key["retriever"] == "dense" and key["query_prefix"] == "q: " and key["normalize"] is True
+    assert key["model"]["path"] == str(tmp_path.resolve())
+    (tmp_path / "weights.bin").write_bytes(b"12345")  # new weights: a new identity
+    assert DenseRetriever(model=str(tmp_path)).cache_key()["model"] != key["model"]
+    assert DenseRetriever(model="some/hub-model").cache_key()["model"] == {"name": "some/hub-model"}
+    assert DenseRetriever(batch_size=3).cache_key() == DenseRetriever(batch_size=300).cache_key()
+
+
+def test_bad_settings_and_empty_inputs():
+    with pytest.raises(ValueError, match="unknown dense index"):
+        DenseRetriever(index="ivf")
+    with pytest.raises(RuntimeError, match="index"):
+        DenseRetriever(encoder=HashEncoder()).search(["q"], ["x"], 1)
+    r = DenseRetriever(encoder=HashEncoder())
+    r.index([], [])
+    assert r.search(["q"], ["x"], 2).doc_idx.tolist() == [[-1, -1]]
+    assert exact_search(np.zeros((0, 4), np.float32), np.ones((3, 4), np.float32), 2).doc_idx.shape == (0, 2)
+
+
+def test_import_is_cheap():
+    code = "import sys, retrievers.dense; print(sorted(m for m in ('torch', 'sentence_transformers', 'faiss') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_real_model_offline_ranks_paraphrase_source_first(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    docs = [
+        "The cat sat on the mat all afternoon.",
+        "Interest rates were raised by the central bank to fight inflation.",
+        "The football team won the championship after a penalty shootout.",
+        "Photosynthesis converts sunlight, water and carbon dioxide into sugar.",
+        "The train to Paris was delayed by two hours because of a strike.",
+    ]
+    queries = [
+        "A feline rested on the rug for the whole afternoon.",
+        "The monetary authority increased borrowing costs to curb rising prices.",
+        "How do plants turn light into food?",
+        "Rail service to the French capital was late due to industrial action.",
+    ]
+    r = DenseRetriever(cache_dir=tmp_path)  # model=None: the bundled all-MiniLM-L6-v2
+    r.index(ids(len(docs)), docs)
+    assert r.doc_embeddings.shape == (5, 384)
+    np.testing.assert_allclose(np.linalg.norm(r.doc_embeddings, axis=1), 1.0, atol=1e-5)
+    ranking = r.search(ids(len(queries), "q"), queries, 5)
+    assert ranking.doc_idx[:, 0].tolist() == [0, 1, 3, 4]
+    assert (ranking.scores[:, 0] - ranking.scores[:, 1] > 0.1).all()
+    assert r.cache_key()["model"]["path"].endswith("model") and len(r.cache_key()["model"]["files"]) == 64
