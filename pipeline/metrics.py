@@ -249,6 +249,7 @@ def evaluate(
     k_max: int,
     gain: Gain = "exp",
     relevance_level: int = 1,
+    grades: NDArray[np.integer] | None = None,
 ) -> Evaluation:
     """Every metric of the definition card at every K = 1..k_max, for every query.
 
@@ -265,6 +266,8 @@ def evaluate(
     - dcg_at_K       = sum of gain(rel_i) / log2(i + 1)
     - ndcg_at_K      = dcg_at_K / idcg_at_K (idcg over all judged grades sorted desc, cut at K), 0 if idcg = 0
     - mrr, map       = the same at full depth (``depth`` of the ranking)
+
+    ``grades`` may pass ``grade_matrix(doc_idx, qrels)`` when the caller has it already.
     """
     if k_max < 1:
         raise ValueError(f"k_max must be >= 1, got {k_max}")
@@ -276,8 +279,9 @@ def evaluate(
     n_q, depth = doc_idx.shape
     width = max(depth, k_max)
 
+    looked_up = grade_matrix(doc_idx, qrels) if grades is None else np.asarray(grades, np.int64)
     grades = np.zeros((n_q, width), np.int64)
-    grades[:, :depth] = grade_matrix(doc_idx, qrels)
+    grades[:, :depth] = looked_up
     R = n_relevant(qrels, n_q, relevance_level)
     R_safe = np.maximum(R, 1).astype(np.float64)[:, None]
     ranks = np.arange(1, width + 1, dtype=np.float64)

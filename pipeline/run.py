@@ -94,13 +94,12 @@ def retrieve(cfg: DictConfig, collection: Collection, depth: int) -> tuple[Ranki
     )
 
 
-def score(cfg: DictConfig, collection: Collection, ranking: Ranking) -> Evaluation:
+def score(cfg: DictConfig, collection: Collection, ranking: Ranking, strategy: Any, curve: Any) -> Evaluation:
     """Retrieval metrics on the ranking, context utility on the placed order, K = 1..k_max."""
     gain = config.gain_name(cfg)
-    ev = evaluate(ranking.doc_idx, collection.qrels, cfg.k_max, gain=gain, relevance_level=cfg.relevance_level)  # type: ignore[arg-type]
-    curve = instantiate(cfg.attention)
-    strategy = instantiate(cfg.reorder)
     grades = grade_matrix(ranking.doc_idx, collection.qrels)
+    ev = evaluate(ranking.doc_idx, collection.qrels, cfg.k_max, gain=gain,  # type: ignore[arg-type]
+                  relevance_level=cfg.relevance_level, grades=grades)
     ideal = ideal_matrix(collection.qrels, collection.n_queries, cfg.k_max)
     ev.add("context_utility", context_utility(grades, ideal, cfg.k_max, strategy, curve, gain))
     return ev
@@ -132,6 +131,7 @@ def write_results(
     ranking: Ranking,
     placed: np.ndarray,
     ev: Evaluation,
+    per_query: Any,
     metrics: dict[str, float],
     title: str,
 ) -> Path:
@@ -148,7 +148,7 @@ def write_results(
                        "n_docs": collection.n_docs, "n_queries": collection.n_queries, "report": collection.report},
     }
     (results / "metrics.json").write_text(json.dumps(payload, indent=1))
-    ev.per_query(collection.query_ids).to_csv(results / "per_query.csv", index=False, float_format="%.10g")
+    per_query.to_csv(results / "per_query.csv", index=False, float_format="%.10g")
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)
     with open(results / "context.tsv", "w", encoding="utf-8") as fh:  # the placed order fed to the generator
         fh.write("query_id\tslot\tdoc_id\n")
@@ -165,9 +165,8 @@ def write_results(
     return results
 
 
-def _per_query_view(ev: Evaluation, collection: Collection, k: int):
+def _per_query_view(ev: Evaluation, table: Any, k: int) -> Any:
     """The per-query table at k (the UI's table view; the full table is an artifact)."""
-    table = ev.per_query(collection.query_ids)
     cols = ["query_id", *[f"{family}_at_{k}" for family in ev.families()], "mrr", "map", "n_relevant", "evaluated"]
     return table[cols]
 
@@ -198,59 +197,68 @@ def run(cfg: DictConfig) -> float:
     with _timed(timings, "retrieve"):
         ranking, cache_hit = retrieve(cfg, collection, depth)
     with _timed(timings, "place"):
-        weights = instantiate(cfg.attention)(cfg.k)
-        placed = place(ranking.doc_idx, cfg.k, instantiate(cfg.reorder), weights)
+        curve, strategy = instantiate(cfg.attention), instantiate(cfg.reorder)
+        placed = place(ranking.doc_idx, cfg.k, strategy, curve(cfg.k))
     with _timed(timings, "score"):
-        ev = score(cfg, collection, ranking)
+        ev = score(cfg, collection, ranking, strategy, curve)
         metrics = headline(ev, cfg.k, cfg.k_max, cfg.objective)
+        per_query = ev.per_query(collection.query_ids)
 
     names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1] for g in ("retriever", "reorder", "attention")}
     run_name = cfg.tracking.run_name or f"{names['retriever']}-{names['reorder']}-k{cfg.k}"
     with _timed(timings, "write"):
-        results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, metrics, run_name)
+        results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics, run_name)
     objective = float(metrics[cfg.objective])
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)
 
     if tracker is not None:
-        sweep = _sweep_info(ctx)
-        experiment = cfg.tracking.experiment or collection.name
-        tags = {
-            tracking.TAG_OVERRIDES: " ".join(ctx.overrides),
-            "ranking_cache": "hit" if cache_hit else "miss",
-            **{f"choice.{g}": n for g, n in names.items()},
-        }
-        if commit := _git_commit():
-            tags[tracking.TAG_GIT] = commit
-            tags["mlflow.source.git.commit"] = commit
-        if sweep:
-            tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
-        parent = sweep.get("parent_run_id") if sweep.get("experiment") in (None, experiment) else None
-        for key, value in collection.report.items():
-            metrics[f"data_{key}"] = float(value)
+        timings["time_total_s"] = time.perf_counter() - start
         record = tracking.RunRecord(
-            experiment=experiment,
+            experiment=cfg.tracking.experiment or collection.name,
             run_name=run_name,
             params=config.flatten(config.resolved(cfg)),
-            metrics={**metrics, **timings, "time_total_s": time.perf_counter() - start},
+            metrics={**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
             curves={f"curve/{family}": ev.curve(family) for family in CURVES},
-            tags=tags,
+            tags=_tags(ctx, names, cache_hit),
             artifacts_dir=results,
             dataset={"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
-            table=_per_query_view(ev, collection, cfg.k) if cfg.tracking.log_per_query_table else None,
+            table=_per_query_view(ev, per_query, cfg.k) if cfg.tracking.log_per_query_table else None,
             start_time_ms=int(started_at * 1000),
         )
-        t0 = time.perf_counter()
-        try:
-            run_id = tracker.log_run(record, parent_run_id=parent)
-            tracker.log_metric(run_id, "time_track_s", time.perf_counter() - t0)
-        except tracking.TrackingError as err:
-            raise TrackingFailed(
-                f"error: {err}\nThe results are safe on disk in {results.resolve()} "
-                "(metrics.json, per_query.csv, run.trec, plots/)."
-            ) from err
-        log.info("track: %.2f s", time.perf_counter() - t0)
-        print(f"MLflow run {run_id} ({run_name}) in experiment {experiment!r} at {cfg.tracking.uri}")
+        _track(cfg, tracker, record, _sweep_info(ctx), results)
     return objective
+
+
+def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool) -> dict[str, str]:
+    tags = {
+        tracking.TAG_OVERRIDES: " ".join(ctx.overrides),
+        "ranking_cache": "hit" if cache_hit else "miss",
+        **{f"choice.{g}": n for g, n in names.items()},
+    }
+    if commit := _git_commit():
+        tags[tracking.TAG_GIT] = commit
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+def _track(cfg: DictConfig, tracker: tracking.Tracker, record: tracking.RunRecord, sweep: dict[str, str],
+           results: Path) -> str:
+    """Log the run (nested under the sweep's parent when in one); TrackingFailed names the results."""
+    if sweep:
+        record.tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
+    parent = sweep.get("parent_run_id") if sweep.get("experiment") in (None, record.experiment) else None
+    t0 = time.perf_counter()
+    try:
+        run_id = tracker.log_run(record, parent_run_id=parent)
+        tracker.log_metric(run_id, "time_track_s", time.perf_counter() - t0)
+    except tracking.TrackingError as err:
+        raise TrackingFailed(
+            f"error: {err}\nThe results are safe on disk in {results.resolve()} "
+            "(metrics.json, per_query.csv, run.trec, plots/)."
+        ) from err
+    log.info("track: %.2f s", time.perf_counter() - t0)
+    print(f"MLflow run {run_id} ({record.run_name}) in experiment {record.experiment!r} at {cfg.tracking.uri}")
+    return run_id
 
 
 def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metrics: dict[str, float],
