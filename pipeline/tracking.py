@@ -15,6 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
+import struct
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -201,43 +205,101 @@ def _worker_open(tracking_cfg: Any) -> None:
         _CLIENTS.pop(tracking_cfg.uri, None)
 
 
+_WORKER_CALLS = {"open": _worker_open, "log_run": log_run, "log_metric": log_metric_now}
+
+
+def _send(stream: Any, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: Any) -> Any:
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError
+    (size,) = struct.unpack("<Q", head)
+    return pickle.loads(stream.read(size))  # our own child process, over a private pipe
+
+
+def serve() -> None:
+    """The tracking process: answer calls from the job over stdin/stdout until stdin closes.
+
+    The protocol owns the real stdout; anything mlflow prints goes to stderr instead.
+    """
+    requests = os.fdopen(os.dup(0), "rb")
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    while True:
+        try:
+            name, args = _receive(requests)
+        except EOFError:
+            return
+        try:
+            answer = (True, _WORKER_CALLS[name](*args))
+        except Exception as exc:
+            error = exc if isinstance(exc, TrackingError) else TrackingError(f"{type(exc).__name__}: {exc}")
+            answer = (False, error)
+        _send(answers, answer)
+
+
 class Tracker:
     """MLflow in a separate process, started before the job computes anything.
 
-    Importing mlflow and opening a sqlite store take ~3 s of CPU; done here, in a process of
-    its own, they overlap with loading, retrieval and scoring instead of adding to the job.
-    ``log_run`` then only waits for the logging itself. Failures come back as TrackingError.
+    Importing mlflow and opening a sqlite store take ~3 s of CPU; done in a process of its
+    own, they overlap with loading, retrieval and scoring instead of adding to the job, and
+    ``log_run`` only waits for the logging itself. The process is a plain ``python`` child
+    talking over a pipe (not multiprocessing, which cannot start from joblib's workers).
+    Failures come back as TrackingError.
     """
 
     def __init__(self, tracking_cfg: Any) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self.tracking_cfg = tracking_cfg
-        self._pool = ProcessPoolExecutor(
-            max_workers=1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_worker_open,
-            initargs=(tracking_cfg,),
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from pipeline.tracking import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )
-        self._pool.submit(int)  # start the process (and its initializer) now
+        self._pending = 0
+        self._request("open", tracking_cfg)  # answered while the job computes
 
-    def _call(self, fn, *args: Any) -> Any:
-        from concurrent.futures.process import BrokenProcessPool
-
+    def _request(self, name: str, *args: Any) -> None:
         try:
-            return self._pool.submit(fn, *args).result()
-        except BrokenProcessPool as exc:
-            raise TrackingError(f"the MLflow tracking process died: {exc}") from None
+            _send(self._proc.stdin, (name, args))
+        except (BrokenPipeError, OSError) as exc:
+            raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
+        self._pending += 1
+
+    def _call(self, name: str, *args: Any) -> Any:
+        self._request(name, *args)
+        result: Any = None
+        while self._pending:  # answers come in order: skip those of earlier requests
+            try:
+                ok, result = _receive(self._proc.stdout)
+            except (EOFError, OSError, pickle.UnpicklingError):
+                code = self._proc.poll()
+                raise TrackingError(f"the MLflow tracking process died (exit status {code})") from None
+            self._pending -= 1
+            if not ok and self._pending:
+                continue
+            if not ok:
+                raise result
+        return result
 
     def log_run(self, record: RunRecord, parent_run_id: str | None = None) -> str:
-        return self._call(log_run, self.tracking_cfg, record, parent_run_id)
+        return self._call("log_run", self.tracking_cfg, record, parent_run_id)
 
     def log_metric(self, run_id: str, key: str, value: float) -> None:
-        self._call(log_metric_now, self.tracking_cfg, run_id, key, value)
+        self._call("log_metric", self.tracking_cfg, run_id, key, value)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
 
     _shared: dict[str, "Tracker"] = {}
 
@@ -246,7 +308,7 @@ class Tracker:
         """One tracking process per job process and store, reused by the jobs of a sequential
         sweep (each would otherwise pay the mlflow import again); closed at exit."""
         tracker = cls._shared.get(tracking_cfg.uri)
-        if tracker is None or tracker._broken():
+        if tracker is None or tracker._proc.poll() is not None:
             if not cls._shared:
                 import atexit
 
@@ -254,9 +316,6 @@ class Tracker:
             tracker = cls._shared[tracking_cfg.uri] = cls(tracking_cfg)
         tracker.tracking_cfg = tracking_cfg
         return tracker
-
-    def _broken(self) -> bool:
-        return bool(getattr(self._pool, "_broken", False))
 
 
 # --------------------------------------------------------------------------- sweeps

@@ -52,6 +52,14 @@ def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.Complete
     )
 
 
+def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A multirun whose store, artifacts, sweep folder and cache all live in tmp_path."""
+    return cli(
+        "-m", *args, f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
+    )
+
+
 # --------------------------------------------------------------- every option runs
 
 
@@ -200,11 +208,7 @@ def _sweep_runs(store: str):
 @pytest.mark.slow
 def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
     store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
-    proc = cli(
-        "-m", "hydra/launcher=joblib", "retriever=bm25,dense", "k=3,5,10", f"tracking.uri={store}",
-        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        f"cache_dir={tmp_path / 'cache'}",
-    )
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever=bm25,dense", "k=3,5,10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, parents, jobs = _sweep_runs(store)
     assert len(parents) == 1 and len(jobs) == 6
@@ -224,11 +228,7 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
-    proc = cli(
-        "-m", "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10", f"tracking.uri={store}",
-        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        f"cache_dir={tmp_path / 'cache'}",
-    )
+    proc = sweep_cli(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
     assert len(jobs) == 12 and len(parents) == 1
@@ -246,11 +246,7 @@ def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
 
 @pytest.mark.slow
 def test_submitit_local_launcher(tmp_path, store):
-    proc = cli(
-        "-m", "hydra/launcher=submitit_local", "k=3,5", f"tracking.uri={store}",
-        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        f"cache_dir={tmp_path / 'cache'}", "hydra.launcher.timeout_min=10",
-    )
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=submitit_local", "k=3,5", "hydra.launcher.timeout_min=10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
     assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["bm25-none-k3", "bm25-none-k5"]
@@ -258,11 +254,7 @@ def test_submitit_local_launcher(tmp_path, store):
 
 @pytest.mark.slow
 def test_optuna_experiment_tunes_bm25(tmp_path, store):
-    proc = cli(
-        "-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"tracking.uri={store}",
-        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        f"cache_dir={tmp_path / 'cache'}",
-    )
+    proc = sweep_cli(tmp_path, store, "experiment=tune_bm25", "hydra.sweeper.n_trials=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
     assert len(jobs) == 3 and len(parents) == 1
@@ -274,10 +266,7 @@ def test_optuna_experiment_tunes_bm25(tmp_path, store):
 
 
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
-    proc = cli(
-        "-m", "k=0,5", f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
-    )
+    proc = sweep_cli(tmp_path, store, "k=0,5")
     assert proc.returncode == 2
     assert "1 job(s) of the sweep failed" in proc.stderr and "k must be >= 1, got k=0" in proc.stderr
     assert "Traceback" not in proc.stderr
