@@ -55,7 +55,10 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
     missing = [key for key in ("precision", "recall", "ndcg", "context_utility") if key not in curves]
     if missing:
         raise KeyError(f"k_sweep_figure: curves lack {missing}")
-    fig = Figure(figsize=(15, 4.5), layout="constrained")
+    # Fixed margins rather than a layout engine: a job saves its figures once per run, and
+    # constrained layout draws every figure twice.
+    fig = Figure(figsize=(15, 4.5))
+    fig.subplots_adjust(left=0.045, right=0.99, bottom=0.12, top=0.86, wspace=0.2)
     axes = fig.subplots(1, 3)
     panels = [
         (axes[0], ("precision", "recall"), "Precision and recall"),
@@ -94,7 +97,8 @@ def pr_curve_figure(
     k_max = len(precision)
     if label_ks is None:
         label_ks = sorted({K for K in (1, 3, 5, 10, 20, 50, 100) if K <= k_max} | {k_max})
-    fig = Figure(figsize=(6, 5), layout="constrained")
+    fig = Figure(figsize=(6, 5))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.92)
     ax = fig.subplots()
     ax.plot(recall, precision, marker="o", markersize=3, label="K = 1..%d" % k_max)
     for K in label_ks:

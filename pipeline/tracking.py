@@ -19,6 +19,7 @@ import pickle
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -195,9 +196,6 @@ _CLIENTS: dict[str, Any] = {}
 def _worker_open(tracking_cfg: Any) -> None:
     """Runs in the tracking process as soon as it starts: import mlflow, open the store."""
     try:
-        import mlflow.entities  # noqa: F401  (what log_run needs, imported ahead of it)
-        import pandas  # noqa: F401
-
         _CLIENTS[tracking_cfg.uri] = client(tracking_cfg)
         if _sqlite_path(tracking_cfg.uri) is not None:
             _CLIENTS[tracking_cfg.uri].search_experiments(max_results=1)
@@ -205,7 +203,14 @@ def _worker_open(tracking_cfg: Any) -> None:
         _CLIENTS.pop(tracking_cfg.uri, None)
 
 
-_WORKER_CALLS = {"open": _worker_open, "log_run": log_run, "log_metric": log_metric_now}
+def _worker_warm(_: Any) -> None:
+    """Imports, before the store is known: most of the ~4 s that tracking costs."""
+    import mlflow.entities  # noqa: F401  (~2 s)
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
+    import pandas  # noqa: F401
+
+
+_WORKER_CALLS = {"warm": _worker_warm, "open": _worker_open, "log_run": log_run, "log_metric": log_metric_now}
 
 
 def _send(stream: Any, obj: Any) -> None:
@@ -253,16 +258,21 @@ class Tracker:
     Failures come back as TrackingError.
     """
 
-    def __init__(self, tracking_cfg: Any) -> None:
+    def __init__(self, tracking_cfg: Any | None) -> None:
         root = str(Path(__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self.tracking_cfg = tracking_cfg
+        # Its own stderr file: holding the job's stderr open would keep a pipe reading the
+        # job (`python -m pipeline | tee`) waiting for mlflow's shutdown after the job ends.
+        self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from pipeline.tracking import serve; serve()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
         )
         self._pending = 0
-        self._request("open", tracking_cfg)  # answered while the job computes
+        self._request("warm", None)  # import mlflow now
+        if tracking_cfg is not None:
+            self._request("open", tracking_cfg)  # answered while the job computes
 
     def _request(self, name: str, *args: Any) -> None:
         try:
@@ -278,8 +288,10 @@ class Tracker:
             try:
                 ok, result = _receive(self._proc.stdout)
             except (EOFError, OSError, pickle.UnpicklingError):
-                code = self._proc.poll()
-                raise TrackingError(f"the MLflow tracking process died (exit status {code})") from None
+                code = self._proc.wait()
+                self._log.seek(0)
+                tail = self._log.read().decode(errors="replace")[-2000:]
+                raise TrackingError(f"the MLflow tracking process died (exit status {code}):\n{tail}") from None
             self._pending -= 1
             if not ok and self._pending:
                 continue
@@ -294,14 +306,21 @@ class Tracker:
         self._call("log_metric", self.tracking_cfg, run_id, key, value)
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                self._proc.stdin.close()
-                self._proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
+        """Close the pipe: the process exits on its own (every call was already answered),
+        and the job does not wait ~1 s for mlflow's interpreter shutdown."""
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
 
-    _shared: dict[str, "Tracker"] = {}
+    _shared: dict[str | None, "Tracker"] = {}
+
+    @classmethod
+    def prestart(cls) -> None:
+        """Start a tracking process before the config is even composed (``python -m
+        pipeline`` does, unless told ``tracking=none``): mlflow's import then overlaps with
+        Hydra's start-up too. The first ``shared()`` adopts it; unused, it exits with us."""
+        cls._keep(None, cls(None))
 
     @classmethod
     def shared(cls, tracking_cfg: Any) -> "Tracker":
@@ -309,13 +328,23 @@ class Tracker:
         sweep (each would otherwise pay the mlflow import again); closed at exit."""
         tracker = cls._shared.get(tracking_cfg.uri)
         if tracker is None or tracker._proc.poll() is not None:
-            if not cls._shared:
-                import atexit
-
-                atexit.register(lambda: [t.close() for t in cls._shared.values()])
-            tracker = cls._shared[tracking_cfg.uri] = cls(tracking_cfg)
+            spare = cls._shared.pop(None, None)
+            if spare is not None and spare._proc.poll() is None:
+                tracker = spare
+                tracker._request("open", tracking_cfg)
+            else:
+                tracker = cls(tracking_cfg)
+            cls._keep(tracking_cfg.uri, tracker)
         tracker.tracking_cfg = tracking_cfg
         return tracker
+
+    @classmethod
+    def _keep(cls, key: str | None, tracker: "Tracker") -> None:
+        if not cls._shared:
+            import atexit
+
+            atexit.register(lambda: [t.close() for t in list(cls._shared.values())])
+        cls._shared[key] = tracker
 
 
 # --------------------------------------------------------------------------- sweeps

@@ -275,3 +275,21 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
     assert client.get_run(parents[0].info.run_id).info.status == "FAILED"
     assert (tmp_path / "sweep" / "0" / "FAILED").exists()
     assert (tmp_path / "sweep" / "summary" / "sweep_table.csv").exists()
+
+
+def test_collection_is_loaded_once_per_process_until_a_file_changes(tmp_path):
+    from pipeline.run import load
+
+    folder = tmp_path / "beir"
+    shutil.copytree(SAMPLE, folder, ignore=shutil.ignore_patterns("README.md"))
+    cfg = compose_cfg(["dataset=beir", f"dataset.path={folder}"])
+    first = load(cfg)
+    assert load(cfg) is first
+    corpus = folder / "corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    lines[0] = lines[0].replace('"text": "', '"text": "Edited. ', 1)
+    corpus.write_text("\n".join(lines) + "\n")
+    second = load(cfg)
+    assert second is not first and second.digest != first.digest
+    assert second.doc_texts[0].count("Edited.") == 1
+    assert load(compose_cfg(["dataset=beir", f"dataset.path={folder}", "dataset.join=' | '"])) is not second
