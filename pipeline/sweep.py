@@ -113,11 +113,13 @@ def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str
         }
         view = table.assign(run_name=table["run_id"].map(labels))
         headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in view.columns]
-        plots.sweep_summary_figure(view, curves, headline).savefig(out / "sweep_summary.png", dpi=110)
+        plots.sweep_summary_figure(view, curves, headline).savefig(out / "sweep_summary.png", dpi=80)
     tracking.finish_sweep(tracking_cfg, info["parent_run_id"], out, table, status=status)
     print(f"sweep {info['sweep_id']}: {len(table)} runs; summary in {out.resolve()}")
-    if len(table):
-        print(_markdown(table.drop(columns=["run_id"])))
+    if len(table):  # the headline columns; the files hold them all
+        shown = [c for c in ("run_name", "status", objective, "ndcg_at_k", "context_utility_at_k", "mrr", "map")
+                 if c in table.columns]
+        print(_markdown(table[list(dict.fromkeys(shown))]))
     return out
 
 
