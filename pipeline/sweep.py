@@ -40,12 +40,18 @@ class SweepCallback(Callback):
         info: dict[str, str] = {"sweep_id": sweep_id}
         if config.tracking.enabled:
             experiment = config.tracking.experiment or pconfig.dataset_name(config.dataset)
-            overrides = " ".join(config.hydra.overrides.task)
-            try:
-                info.update(tracking.start_sweep(config.tracking, experiment, sweep_id, {tracking.TAG_OVERRIDES: overrides}))
-            except tracking.TrackingError as err:
-                print(f"error: {err}", file=sys.stderr)
-                sys.exit(3)
+            args = (config.tracking, experiment, sweep_id, {tracking.TAG_OVERRIDES: " ".join(config.hydra.overrides.task)})
+            tracker = tracking.Tracker.shared(config.tracking)
+            if _jobs_in_this_process(config):
+                # The jobs track through this same process, after it: no need to wait for
+                # mlflow's import here. It nests their runs under the parent it creates.
+                tracker.submit("pipeline.tracking:start_sweep", *args)
+            else:  # jobs in other processes read the parent run from the sweep file
+                try:
+                    info.update(tracker.call("pipeline.tracking:start_sweep", *args))
+                except tracking.TrackingError as err:
+                    print(f"error: {err}", file=sys.stderr)
+                    sys.exit(3)
             info["experiment"] = experiment
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info))
         log.info("sweep %s started in %s", sweep_id, sweep_dir)
@@ -57,8 +63,11 @@ class SweepCallback(Callback):
         if config.tracking.enabled and path.exists():
             info = json.loads(path.read_text())
             try:
-                summarize(config.tracking, info, sweep_dir / "summary", objective=str(config.objective),
-                          status="FAILED" if failed else "FINISHED")
+                text = tracking.Tracker.shared(config.tracking).call(
+                    "pipeline.sweep:summarize", config.tracking, info, sweep_dir / "summary",
+                    str(config.objective), "FAILED" if failed else "FINISHED",
+                )
+                print(text)
             except tracking.TrackingError as err:
                 print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}.", file=sys.stderr)
                 sys.exit(3)
@@ -70,8 +79,14 @@ class SweepCallback(Callback):
             sys.exit(2)
 
 
-def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str, status: str = "FINISHED") -> Path:
-    """Compare the sweep's job runs: a table and a figure, on disk and on the parent run."""
+def _jobs_in_this_process(config: DictConfig) -> bool:
+    return str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher")
+
+
+def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str, status: str = "FINISHED") -> str:
+    """Compare the sweep's job runs: a table and a figure, on disk and on the parent run.
+
+    Runs in the tracking process (where mlflow is imported); returns the text to print."""
     import pandas as pd
 
     from pipeline import plots
@@ -114,13 +129,16 @@ def summarize(tracking_cfg: Any, info: dict[str, str], out: Path, objective: str
         view = table.assign(run_name=table["run_id"].map(labels))
         headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in view.columns]
         plots.sweep_summary_figure(view, curves, headline).savefig(out / "sweep_summary.png", dpi=80)
-    tracking.finish_sweep(tracking_cfg, info["parent_run_id"], out, table, status=status)
-    print(f"sweep {info['sweep_id']}: {len(table)} runs; summary in {out.resolve()}")
+    parent = info.get("parent_run_id") or tracking.sweep_parent(info["sweep_id"], info["experiment"])
+    if parent is None:
+        raise tracking.TrackingError(f"the parent run of sweep {info['sweep_id']} was not created")
+    tracking.finish_sweep(tracking_cfg, parent, out, table, status=status)
+    text = f"sweep {info['sweep_id']}: {len(table)} runs; summary in {out.resolve()}"
     if len(table):  # the headline columns; the files hold them all
         shown = [c for c in ("run_name", "status", objective, "ndcg_at_k", "context_utility_at_k", "mrr", "map")
                  if c in table.columns]
-        print(_markdown(table[list(dict.fromkeys(shown))]))
-    return out
+        text += "\n" + _markdown(table[list(dict.fromkeys(shown))])
+    return text
 
 
 def _markdown(table: Any) -> str:

@@ -148,6 +148,7 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
 
         exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, tracking_cfg))
         tags = dict(record.tags)
+        parent_run_id = parent_run_id or sweep_parent(tags.get(TAG_SWEEP), record.experiment)
         if parent_run_id:
             tags[TAG_PARENT] = parent_run_id
         run = _retrying(
@@ -210,7 +211,14 @@ def _worker_warm(_: Any) -> None:
     import pandas  # noqa: F401
 
 
-_WORKER_CALLS = {"warm": _worker_warm, "open": _worker_open, "log_run": log_run, "log_metric": log_metric_now}
+def _resolve(name: str) -> Any:
+    """``module:function`` of this project, for the tracking process to call."""
+    import importlib
+
+    module, _, attr = name.partition(":")
+    if not module.startswith("pipeline.") or not attr:
+        raise ValueError(f"not a pipeline function: {name!r}")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _send(stream: Any, obj: Any) -> None:
@@ -241,7 +249,7 @@ def serve() -> None:
         except EOFError:
             return
         try:
-            answer = (True, _WORKER_CALLS[name](*args))
+            answer = (True, _resolve(name)(*args))
         except Exception as exc:
             error = exc if isinstance(exc, TrackingError) else TrackingError(f"{type(exc).__name__}: {exc}")
             answer = (False, error)
@@ -270,19 +278,24 @@ class Tracker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
         )
         self._pending = 0
-        self._request("warm", None)  # import mlflow now
+        self.submit("pipeline.tracking:_worker_warm", None)  # import mlflow now
         if tracking_cfg is not None:
-            self._request("open", tracking_cfg)  # answered while the job computes
+            self.submit("pipeline.tracking:_worker_open", tracking_cfg)  # answered while the job computes
 
-    def _request(self, name: str, *args: Any) -> None:
+    def submit(self, name: str, *args: Any) -> None:
+        """Queue a call of ``module:function`` in the tracking process without waiting.
+
+        Calls run one at a time in order, so a later ``call`` sees its effects; a failure of
+        a submitted call is logged when a later ``call`` collects its answer."""
         try:
             _send(self._proc.stdin, (name, args))
         except (BrokenPipeError, OSError) as exc:
             raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
         self._pending += 1
 
-    def _call(self, name: str, *args: Any) -> Any:
-        self._request(name, *args)
+    def call(self, name: str, *args: Any) -> Any:
+        """Call ``module:function`` in the tracking process and return its result."""
+        self.submit(name, *args)
         result: Any = None
         while self._pending:  # answers come in order: skip those of earlier requests
             try:
@@ -294,16 +307,17 @@ class Tracker:
                 raise TrackingError(f"the MLflow tracking process died (exit status {code}):\n{tail}") from None
             self._pending -= 1
             if not ok and self._pending:
+                log.warning("an earlier tracking call failed: %s", result)
                 continue
             if not ok:
                 raise result
         return result
 
     def log_run(self, record: RunRecord, parent_run_id: str | None = None) -> str:
-        return self._call("log_run", self.tracking_cfg, record, parent_run_id)
+        return self.call("pipeline.tracking:log_run", self.tracking_cfg, record, parent_run_id)
 
     def log_metric(self, run_id: str, key: str, value: float) -> None:
-        self._call("log_metric", self.tracking_cfg, run_id, key, value)
+        self.call("pipeline.tracking:log_metric_now", self.tracking_cfg, run_id, key, value)
 
     def close(self) -> None:
         """Close the pipe: the process exits on its own (every call was already answered),
@@ -331,7 +345,7 @@ class Tracker:
             spare = cls._shared.pop(None, None)
             if spare is not None and spare._proc.poll() is None:
                 tracker = spare
-                tracker._request("open", tracking_cfg)
+                tracker.submit("pipeline.tracking:_worker_open", tracking_cfg)
             else:
                 tracker = cls(tracking_cfg)
             cls._keep(tracking_cfg.uri, tracker)
@@ -350,8 +364,18 @@ class Tracker:
 # --------------------------------------------------------------------------- sweeps
 
 
+#: sweep id -> (parent run id, experiment name), in the process that started the sweep.
+_SWEEP_PARENTS: dict[str, tuple[str, str]] = {}
+
+
+def sweep_parent(sweep_id: str | None, experiment: str) -> str | None:
+    """The parent run of a sweep started in this process, if the run goes to its experiment."""
+    found = _SWEEP_PARENTS.get(sweep_id or "")
+    return found[0] if found and found[1] == experiment else None
+
+
 def start_sweep(tracking_cfg: Any, experiment: str, sweep_id: str, tags: Mapping[str, str]) -> dict[str, str]:
-    """Create the store and the sweep's parent run before any job starts."""
+    """Create the store and the sweep's parent run before any job tracks."""
     with _errors(f"cannot start the sweep's MLflow parent run at {tracking_cfg.uri}"):
         ensure_store(tracking_cfg)
         mlflow_client = client(tracking_cfg)
@@ -361,6 +385,7 @@ def start_sweep(tracking_cfg: Any, experiment: str, sweep_id: str, tags: Mapping
             run_name=f"sweep-{sweep_id}",
             tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", **tags},
         )
+        _SWEEP_PARENTS[sweep_id] = (run.info.run_id, experiment)
         return {"sweep_id": sweep_id, "parent_run_id": run.info.run_id, "experiment_id": exp_id}
 
 
