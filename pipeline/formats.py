@@ -179,10 +179,8 @@ def read_qrels(path: str | Path) -> QrelsFile:
                 path,
                 1,
             )
-        n_fields, cols = 3, ("q", "d", "g")
         names = ["q", "d", "g"]
     elif len(first) == 4:
-        n_fields, cols = 4, ("q", "d", "g")
         names = ["q", "it", "d", "g"]
     else:
         raise InputError(
@@ -191,6 +189,7 @@ def read_qrels(path: str | Path) -> QrelsFile:
             path,
             1,
         )
+    n_fields = len(names)
     delimiter = "\t" if "\t" in first_line else " "
     table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "g": pa.int64()}, delimiter)
     if table is not None and n_fields == 3:

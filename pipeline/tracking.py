@@ -85,8 +85,11 @@ def _errors(what: str) -> Iterator[None]:
         raise TrackingError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+_CLIENTS: dict[str, Any] = {}
+
+
 def client(tracking_cfg: Any):
-    """An MlflowClient on the configured store; a sqlite store's folder is created first."""
+    """The process's MlflowClient on the configured store (a sqlite store's folder is made)."""
     if tracking_cfg.uri in _CLIENTS:
         return _CLIENTS[tracking_cfg.uri]
     _configure_http(tracking_cfg)
@@ -96,7 +99,8 @@ def client(tracking_cfg: Any):
     db = _sqlite_path(tracking_cfg.uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_cfg.uri)
+    _CLIENTS[tracking_cfg.uri] = MlflowClient(tracking_uri=tracking_cfg.uri)
+    return _CLIENTS[tracking_cfg.uri]
 
 
 def ensure_store(tracking_cfg: Any) -> None:
@@ -143,7 +147,7 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
     """Log one job as one MLflow run; returns its run id. Raises TrackingError."""
     with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
         mlflow_client = client(tracking_cfg)
-        from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunTag
+        from mlflow.entities import DatasetInput, InputTag, Metric, Param
         from mlflow.entities import Dataset as DatasetEntity
 
         exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, tracking_cfg))
@@ -191,15 +195,11 @@ def log_metric_now(tracking_cfg: Any, run_id: str, key: str, value: float) -> No
         client(tracking_cfg).log_metric(run_id, key, value)
 
 
-_CLIENTS: dict[str, Any] = {}
-
-
 def _worker_open(tracking_cfg: Any) -> None:
-    """Runs in the tracking process as soon as it starts: import mlflow, open the store."""
+    """Runs in the tracking process as soon as the store is known: open it."""
     try:
-        _CLIENTS[tracking_cfg.uri] = client(tracking_cfg)
         if _sqlite_path(tracking_cfg.uri) is not None:
-            _CLIENTS[tracking_cfg.uri].search_experiments(max_results=1)
+            client(tracking_cfg).search_experiments(max_results=1)
     except Exception:  # reported by the first real call, with its own message
         _CLIENTS.pop(tracking_cfg.uri, None)
 
