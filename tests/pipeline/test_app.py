@@ -293,3 +293,13 @@ def test_collection_is_loaded_once_per_process_until_a_file_changes(tmp_path):
     assert second is not first and second.digest != first.digest
     assert second.doc_texts[0].count("Edited.") == 1
     assert load(compose_cfg(["dataset=beir", f"dataset.path={folder}", "dataset.join=' | '"])) is not second
+
+
+def test_slurm_launcher_config_composes():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=cpu"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher.partition == "cpu" and launcher.cpus_per_task == 4 and launcher.timeout_min == 120
+    assert str(launcher.submitit_folder).endswith("/.submitit/%j")
