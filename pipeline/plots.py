@@ -7,6 +7,8 @@ them with the Agg canvas. The caller (tracking) saves and logs them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -173,3 +175,16 @@ def sweep_summary_figure(
             ax.legend(loc="best", fontsize="x-small")
     fig.suptitle(title)
     return fig
+
+
+def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> list[Path]:
+    """A run's figures as PNG files in ``folder``: the K-sweep and the precision-recall curve."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = {
+        "k_sweep.png": k_sweep_figure(curves, k, title),
+        "precision_recall.png": pr_curve_figure(curves["precision"], curves["recall"], title),
+    }
+    for name, figure in figures.items():
+        figure.savefig(folder / name, dpi=110)
+    return [folder / name for name in figures]

@@ -57,6 +57,7 @@ class JobContext:
     overrides: list[str] = field(default_factory=list)
     choices: dict[str, str] = field(default_factory=dict)
     sweep_dir: Path | None = None
+    in_process_sweep: bool = False  # a multirun whose jobs run one after another in this process
 
 
 def job_context() -> JobContext:
@@ -67,7 +68,8 @@ def job_context() -> JobContext:
         hc = HydraConfig.get()
         choices = {k: str(v) for k, v in hc.runtime.choices.items() if v is not None and "/" not in k}
         sweep = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
-        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep)
+        in_process = sweep is not None and str(hc.launcher.get("_target_", "")).endswith("BasicLauncher")
+        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep, in_process)
     stamp = time.strftime("%Y-%m-%d/%H-%M-%S") + f"-{uuid.uuid4().hex[:6]}"
     return JobContext(Path("outputs/runs") / stamp)
 
@@ -164,12 +166,13 @@ def write_results(
     per_query: Any,
     metrics: dict[str, float],
     title: str,
+    with_plots: bool = True,
 ) -> Path:
-    """Everything the run produced, on disk under ``out/results`` (what tracking uploads)."""
-    from pipeline import plots
+    """Everything the run produced, on disk under ``out/results`` (what tracking uploads).
 
+    ``with_plots=False`` leaves the figures to the tracking process (see ``run``)."""
     results = out / "results"
-    (results / "plots").mkdir(parents=True, exist_ok=True)
+    results.mkdir(parents=True, exist_ok=True)
     curves = {family: ev.curve(family) for family in CURVES}
     payload = {
         "metrics": metrics,
@@ -187,11 +190,10 @@ def write_results(
             fh.writelines(f"{q}\t{slot}\t{docs[d]}\n" for slot, d in enumerate(row, start=1) if d >= 0)
     (results / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (results / "definition_card.md").write_text(definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE))  # type: ignore[arg-type]
-    for name, figure in {
-        "k_sweep.png": plots.k_sweep_figure(curves, cfg.k, title),
-        "precision_recall.png": plots.pr_curve_figure(curves["precision"], curves["recall"], title),
-    }.items():
-        figure.savefig(results / "plots" / name, dpi=110)
+    if with_plots:
+        from pipeline.plots import save_run_figures
+
+        save_run_figures(results / "plots", curves, cfg.k, title)
     return results
 
 
@@ -242,8 +244,12 @@ def run(cfg: DictConfig) -> float:
 
     names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1] for g in ("retriever", "reorder", "attention")}
     run_name = cfg.tracking.run_name or f"{names['retriever']}-{names['reorder']}-k{cfg.k}"
+    # In a sequential sweep, drawing the figures and logging go to the tracking process and
+    # the next job starts at once; the sweep's end waits for them (pipeline.sweep).
+    deferred = tracker is not None and ctx.in_process_sweep
     with _timed(timings, "write"):
-        results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics, run_name)
+        results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics, run_name,
+                                with_plots=not deferred)
     objective = float(metrics[cfg.objective])
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)
 
@@ -261,7 +267,14 @@ def run(cfg: DictConfig) -> float:
             table=_per_query_view(ev, per_query, cfg.k) if cfg.tracking.log_per_query_table else None,
             start_time_ms=int(started_at * 1000),
         )
-        _track(cfg, tracker, record, _sweep_info(ctx), results)
+        sweep = _sweep_info(ctx)
+        if deferred:
+            record.tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
+            tracker.submit("pipeline.tracking:log_run_deferred", cfg.tracking, record, results / "plots",
+                           cfg.k, ctx.output_dir / FAILED_FILE)
+            print(f"MLflow run queued ({run_name}) in experiment {record.experiment!r} at {cfg.tracking.uri}")
+        else:
+            _track(cfg, tracker, record, sweep, results)
     return objective
 
 

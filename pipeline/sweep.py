@@ -58,12 +58,14 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        failed = sorted(sweep_dir.glob(f"*/{FAILED_FILE}"))
         path = sweep_dir / SWEEP_FILE
         if config.tracking.enabled and path.exists():
             info = json.loads(path.read_text())
+            tracker = tracking.Tracker.shared(config.tracking)
             try:
-                text = tracking.Tracker.shared(config.tracking).call(
+                tracker.call("pipeline.tracking:flush")  # the jobs' queued runs are logged first
+                failed = sorted(sweep_dir.glob(f"*/{FAILED_FILE}"))
+                text = tracker.call(
                     "pipeline.sweep:summarize", config.tracking, info, sweep_dir / "summary",
                     str(config.objective), "FAILED" if failed else "FINISHED",
                 )
@@ -71,6 +73,7 @@ class SweepCallback(Callback):
             except tracking.TrackingError as err:
                 print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}.", file=sys.stderr)
                 sys.exit(3)
+        failed = sorted(sweep_dir.glob(f"*/{FAILED_FILE}"))
         if failed:
             print(f"error: {len(failed)} job(s) of the sweep failed:", file=sys.stderr)
             for note in failed:

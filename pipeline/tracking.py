@@ -132,15 +132,20 @@ def experiment_id(mlflow_client: Any, name: str, tracking_cfg: Any) -> str:
         return found.experiment_id
 
 
+#: Errors that parallel writers to one store cause and a second attempt resolves: sqlite's
+#: lock, and two jobs inserting the same dataset input at once (MLflow checks, then inserts).
+_RETRYABLE = ("database is locked", "UNIQUE constraint failed", "Duplicate entry", "duplicate key")
+
+
 def _retrying(fn, attempts: int = 5):
-    """sqlite under parallel writers may answer 'database is locked': wait and try again."""
+    """Call ``fn``, trying again after the races of parallel jobs on one store."""
     for attempt in range(attempts):
         try:
             return fn()
         except Exception as exc:
-            if "locked" not in str(exc) or attempt == attempts - 1:
+            if not any(marker in str(exc) for marker in _RETRYABLE) or attempt == attempts - 1:
                 raise
-            time.sleep(0.2 * 2**attempt)
+            time.sleep(0.1 * 2**attempt)
 
 
 def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = None) -> str:
@@ -190,6 +195,29 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
         return run_id
 
 
+def log_run_deferred(
+    tracking_cfg: Any, record: RunRecord, plots_dir: Path, k: int, failed_note: Path
+) -> str | None:
+    """For a job that did not wait: draw its figures into its results, log the run (nested
+    under its sweep's parent) with ``time_track_s``, and on failure leave a FAILED note in
+    the job's folder for the sweep to report. Runs in the tracking process."""
+    from pipeline.plots import save_run_figures
+
+    start = time.perf_counter()
+    try:
+        curves = {name.removeprefix("curve/"): values for name, values in record.curves.items()}
+        save_run_figures(plots_dir, curves, k, record.run_name)
+        run_id = log_run(tracking_cfg, record)
+        log_metric_now(tracking_cfg, run_id, "time_track_s", time.perf_counter() - start)
+        return run_id
+    except Exception as exc:
+        overrides = record.tags.get(TAG_OVERRIDES, "")
+        failed_note.write_text(
+            f"{overrides}\nerror: {exc}\nThe results are safe on disk in {record.artifacts_dir.resolve()}.\n"
+        )
+        return None
+
+
 def log_metric_now(tracking_cfg: Any, run_id: str, key: str, value: float) -> None:
     with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
         client(tracking_cfg).log_metric(run_id, key, value)
@@ -209,6 +237,10 @@ def _worker_warm(_: Any) -> None:
     import mlflow.entities  # noqa: F401  (~2 s)
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
     import pandas  # noqa: F401
+
+
+def flush(_: Any = None) -> None:
+    """Nothing: its answer comes after every call queued before it."""
 
 
 def _resolve(name: str) -> Any:

@@ -228,11 +228,21 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
+    from mlflow import MlflowClient
+
     proc = sweep_cli(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
     assert len(jobs) == 12 and len(parents) == 1
     assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 11 + ["miss"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
+    # the figures of jobs that did not wait for tracking are drawn by the tracking process
+    for i in range(12):
+        assert (tmp_path / "sweep" / str(i) / "results" / "plots" / "k_sweep.png").stat().st_size > 10_000
+    client = MlflowClient(tracking_uri=store)
+    plots = {a.path for a in client.list_artifacts(jobs[0].info.run_id, "plots")}
+    assert plots == {"plots/k_sweep.png", "plots/precision_recall.png"}
+    assert all("time_track_s" in r.data.metrics for r in jobs)
     # placement changes context utility, never the retrieval metrics
     by_k: dict[str, set[float]] = {}
     for r in jobs:
