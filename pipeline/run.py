@@ -242,7 +242,8 @@ def run(cfg: DictConfig) -> float:
         metrics = headline(ev, cfg.k, cfg.k_max, cfg.objective)
         per_query = ev.per_query(collection.query_ids)
 
-    names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1] for g in ("retriever", "reorder", "attention")}
+    names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1]
+             for g in ("retriever", "reorder", "attention")}
     run_name = cfg.tracking.run_name or f"{names['retriever']}-{names['reorder']}-k{cfg.k}"
     # In a sequential sweep, drawing the figures and logging go to the tracking process and
     # the next job starts at once; the sweep's end waits for them (pipeline.sweep).
@@ -255,21 +256,20 @@ def run(cfg: DictConfig) -> float:
 
     if tracker is not None:
         timings["time_total_s"] = time.perf_counter() - start
+        sweep = _sweep_info(ctx)
         record = tracking.RunRecord(
             experiment=cfg.tracking.experiment or collection.name,
             run_name=run_name,
             params=config.flatten(config.resolved(cfg)),
             metrics={**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
             curves={f"curve/{family}": ev.curve(family) for family in CURVES},
-            tags=_tags(ctx, names, cache_hit),
+            tags=_tags(ctx, names, cache_hit, sweep),
             artifacts_dir=results,
             dataset={"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
             table=_per_query_view(ev, per_query, cfg.k) if cfg.tracking.log_per_query_table else None,
             start_time_ms=int(started_at * 1000),
         )
-        sweep = _sweep_info(ctx)
         if deferred:
-            record.tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
             tracker.submit("pipeline.tracking:log_run_deferred", cfg.tracking, record, results / "plots",
                            cfg.k, ctx.output_dir / FAILED_FILE)
             print(f"MLflow run queued ({run_name}) in experiment {record.experiment!r} at {cfg.tracking.uri}")
@@ -278,12 +278,14 @@ def run(cfg: DictConfig) -> float:
     return objective
 
 
-def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool) -> dict[str, str]:
+def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[str, str]) -> dict[str, str]:
     tags = {
         tracking.TAG_OVERRIDES: " ".join(ctx.overrides),
         "ranking_cache": "hit" if cache_hit else "miss",
         **{f"choice.{g}": n for g, n in names.items()},
     }
+    if sweep:
+        tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
     if commit := _git_commit():
         tags[tracking.TAG_GIT] = commit
         tags["mlflow.source.git.commit"] = commit
@@ -293,8 +295,6 @@ def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool) -> dict[str, 
 def _track(cfg: DictConfig, tracker: tracking.Tracker, record: tracking.RunRecord, sweep: dict[str, str],
            results: Path) -> str:
     """Log the run (nested under the sweep's parent when in one); TrackingFailed names the results."""
-    if sweep:
-        record.tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
     parent = sweep.get("parent_run_id") if sweep.get("experiment") in (None, record.experiment) else None
     t0 = time.perf_counter()
     try:
