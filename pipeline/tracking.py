@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -253,8 +253,56 @@ def _resolve(name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def _encode(obj: Any) -> Any:
+    """JSON for the pipe (no pickle: nothing that arrives can run code). Tagged objects:
+    RunRecord, Path, numpy arrays, a pandas table, and settings (a DictConfig)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(obj, RunRecord):
+        return {"__record__": {f.name: _encode(getattr(obj, f.name)) for f in fields(obj)}}
+    if isinstance(obj, DictConfig):
+        return {"__settings__": OmegaConf.to_container(obj, resolve=True, enum_to_str=True)}
+    if isinstance(obj, Path):
+        return {"__path__": str(obj)}
+    if isinstance(obj, np.ndarray):
+        return {"__array__": obj.tolist()}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if type(obj).__name__ == "DataFrame":
+        return {"__table__": obj.to_json(orient="split", double_precision=15)}
+    if isinstance(obj, dict):
+        return {str(k): _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    return obj
+
+
+def _decode(obj: Any) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if len(obj) == 1:
+        (tag, value), = obj.items()
+        if tag == "__record__":
+            return RunRecord(**{k: _decode(v) for k, v in value.items()})
+        if tag == "__settings__":
+            return SimpleNamespace(**value)
+        if tag == "__path__":
+            return Path(value)
+        if tag == "__array__":
+            return np.asarray(value, dtype=np.float64)
+        if tag == "__table__":
+            import io
+
+            import pandas as pd
+
+            return pd.read_json(io.StringIO(value), orient="split")
+    return {k: _decode(v) for k, v in obj.items()}
+
+
 def _send(stream: Any, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = json.dumps(_encode(obj)).encode()
     stream.write(struct.pack("<Q", len(data)) + data)
     stream.flush()
 
@@ -264,7 +312,7 @@ def _receive(stream: Any) -> Any:
     if len(head) < 8:
         raise EOFError
     (size,) = struct.unpack("<Q", head)
-    return pickle.loads(stream.read(size))  # our own child process, over a private pipe
+    return _decode(json.loads(stream.read(size)))
 
 
 def serve() -> None:
@@ -281,10 +329,9 @@ def serve() -> None:
         except EOFError:
             return
         try:
-            answer = (True, _resolve(name)(*args))
+            answer = [True, _resolve(name)(*args)]
         except Exception as exc:
-            error = exc if isinstance(exc, TrackingError) else TrackingError(f"{type(exc).__name__}: {exc}")
-            answer = (False, error)
+            answer = [False, str(exc) if isinstance(exc, TrackingError) else f"{type(exc).__name__}: {exc}"]
         _send(answers, answer)
 
 
@@ -332,7 +379,7 @@ class Tracker:
         while self._pending:  # answers come in order: skip those of earlier requests
             try:
                 ok, result = _receive(self._proc.stdout)
-            except (EOFError, OSError, pickle.UnpicklingError):
+            except (EOFError, OSError, ValueError):
                 code = self._proc.wait()
                 self._log.seek(0)
                 tail = self._log.read().decode(errors="replace")[-2000:]
@@ -342,7 +389,7 @@ class Tracker:
                 log.warning("an earlier tracking call failed: %s", result)
                 continue
             if not ok:
-                raise result
+                raise TrackingError(result)
         return result
 
     def log_run(self, record: RunRecord, parent_run_id: str | None = None) -> str:
