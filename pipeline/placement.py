@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
+from pipeline.metrics import gain_values
 
 Strategy = Callable[..., NDArray[np.int64]]
 Curve = Callable[[int], NDArray[np.float64]]
@@ -129,15 +130,6 @@ def _checked_permutation(permutation: NDArray[np.int64], k: int) -> NDArray[np.i
     return permutation.astype(np.int64, copy=False)
 
 
-def _gain(grades: NDArray, gain: str) -> NDArray[np.float64]:
-    grades = np.asarray(grades, dtype=np.float64)
-    if gain == "exp":
-        return np.exp2(grades) - 1.0
-    if gain == "linear":
-        return grades
-    raise InputError(f"gain must be 'exp' or 'linear', got {gain!r}")
-
-
 def _columns(array: NDArray, width: int) -> NDArray[np.float64]:
     """The first ``width`` columns of a 2-D array as float64, zero-padded on the right."""
     array = np.asarray(array, dtype=np.float64)
@@ -179,9 +171,11 @@ def context_utility(
             f"context_utility: grades {grades.shape} and ideal {ideal.shape} must be "
             "[n_queries, depth] with the same number of queries"
         )
-    gains = _gain(_columns(grades, k_max), gain)
+    if gain not in ("exp", "linear"):
+        raise InputError(f"gain must be 'exp' or 'linear', got {gain!r}")
+    gains = gain_values(_columns(grades, k_max), gain)  # type: ignore[arg-type]
     # Sorting is cheap and makes the denominator right even for an unsorted ideal array.
-    ideal_gains = _gain(-np.sort(-_columns(ideal, max(k_max, ideal.shape[1])), axis=1), gain)
+    ideal_gains = gain_values(-np.sort(-_columns(ideal, max(k_max, ideal.shape[1])), axis=1), gain)  # type: ignore[arg-type]
     utility = np.zeros((grades.shape[0], k_max), dtype=np.float64)
     for k in range(1, k_max + 1):
         weights = np.asarray(curve(k), dtype=np.float64)
