@@ -5,14 +5,16 @@ weight of slot ``i`` (higher = the generator uses that slot more). Only ratios o
 matter to ``context_utility`` (it divides by the best achievable sum under the same curve),
 so curves are not normalised. The config group ``conf/attention`` registers each one with
 ``_partial_: true``, so ``hydra.utils.instantiate(cfg.attention)`` gives a callable ``curve(k)``.
+
+A computing module: bad arguments raise ``ValueError`` (the stages that call it with the
+user's settings turn that into ``InputError``). :func:`check_k` is the project's one check
+of K, the number of context slots, shared with ``pipeline.placement``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-
-from pipeline.errors import InputError
 
 # Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts" (TACL 2024,
 # arXiv:2307.03172), multi-document QA with 20 total retrieved documents, GPT-3.5-Turbo
@@ -25,9 +27,17 @@ LIU2023_ACCURACY: NDArray[np.float64] = np.array([0.758, 0.572, 0.538, 0.554, 0.
 LIU2023_N_DOCUMENTS = 20
 
 
-def _check_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"an attention curve needs k >= 1 slots, got {k!r}")
+def check_k(k: int, *, empty_ok: bool = False) -> int:
+    """K, the number of context slots, as an int; ValueError unless it is valid.
+
+    The bound: K is an integer (a Python or numpy int, not a bool) and K >= 1, a context
+    holds at least one chunk. ``empty_ok=True`` also lets K = 0 through, for the functions
+    whose answer for an empty context is well defined and empty (a placement: the
+    permutation of nothing; ``context_utility`` with ``k_max = 0``: no columns).
+    """
+    minimum = 0 if empty_ok else 1
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < minimum:
+        raise ValueError(f"K (the number of context slots) must be an integer >= {minimum}, got {k!r}")
     return int(k)
 
 
@@ -51,14 +61,14 @@ def liu2023(k: int) -> NDArray[np.float64]:
     (``np.interp``). Weights are raw accuracies as fractions, not normalised: at k = 20 the
     slots 1, 5, 10, 15, 20 get exactly 0.758, 0.572, 0.538, 0.554, 0.632.
     """
-    k = _check_k(k)
+    k = check_k(k)
     position = 1.0 + (LIU2023_N_DOCUMENTS - 1) * _slot_fraction(k)
     return np.interp(position, LIU2023_POSITIONS, LIU2023_ACCURACY)
 
 
 def flat(k: int) -> NDArray[np.float64]:
     """Every slot used equally: w(i) = 1. Under it every placement scores the same."""
-    return np.ones(_check_k(k))
+    return np.ones(check_k(k))
 
 
 def log(k: int) -> NDArray[np.float64]:
@@ -66,7 +76,7 @@ def log(k: int) -> NDArray[np.float64]:
 
     With this curve and no reordering, context utility equals nDCG@K.
     """
-    k = _check_k(k)
+    k = check_k(k)
     return 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
 
 
@@ -94,17 +104,17 @@ def u_shape(
     Requires floor > 0 (weights positive), start >= floor, end >= floor, power > 0 and
     0 < center < 1.
     """
-    k = _check_k(k)
+    k = check_k(k)
     if not floor > 0:
-        raise InputError(f"attention u_shape: floor must be > 0, got {floor}")
+        raise ValueError(f"attention u_shape: floor must be > 0, got {floor}")
     if not (start >= floor and end >= floor):
-        raise InputError(
+        raise ValueError(
             f"attention u_shape: start ({start}) and end ({end}) must be >= floor ({floor})"
         )
     if not power > 0:
-        raise InputError(f"attention u_shape: power must be > 0, got {power}")
+        raise ValueError(f"attention u_shape: power must be > 0, got {power}")
     if not 0 < center < 1:
-        raise InputError(f"attention u_shape: center must lie strictly between 0 and 1, got {center}")
+        raise ValueError(f"attention u_shape: center must lie strictly between 0 and 1, got {center}")
     x = _slot_fraction(k)
     left = floor + (start - floor) * (np.clip(center - x, 0.0, None) / center) ** power
     right = floor + (end - floor) * (np.clip(x - center, 0.0, None) / (1.0 - center)) ** power

@@ -14,10 +14,13 @@ A leaf module (no Hydra, no MLflow): the app passes a directory (``outputs/cache
 Layout under ``cache_dir``::
 
     arrays/<digest>.npy  arrays/<digest>.json                       load_or_compute_array
-    rankings/<base>-d<depth>.doc_idx.npy  .scores.npy  .json        load_or_compute_ranking
+    rankings/<base>-d<depth>.doc_idx.npy  .scores.npy  .json        load_or_compute_ranking_arrays
 
 where ``digest`` is the sha256 of the key's canonical JSON and ``base`` the digest of the
 key without its ``depth``, so a deeper ranking can serve a shallower request.
+
+Only plain arrays go in and out: ``retrievers.base.load_or_compute_ranking`` wraps the
+ranking pair in its ``Ranking`` (this module does not import ``retrievers``).
 """
 
 from __future__ import annotations
@@ -34,8 +37,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-
-from retrievers.base import Ranking
 
 log = logging.getLogger(__name__)
 
@@ -193,31 +194,42 @@ def _cached_depths(folder: Path, base: str) -> list[int]:
     return sorted(depths)
 
 
-def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any) -> Ranking | None:
+RankingArrays = tuple[NDArray[np.int64], NDArray[np.float32]]  # doc_idx, scores: [n_queries, depth] each
+
+
+def _ranking_shape(doc_idx: NDArray, scores: NDArray) -> tuple[int, int]:
+    if doc_idx.ndim != 2 or doc_idx.shape != scores.shape:
+        raise ValueError(f"ranking arrays must be 2-D and of one shape, got {doc_idx.shape} and {scores.shape}")
+    return doc_idx.shape  # type: ignore[return-value]
+
+
+def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any) -> RankingArrays | None:
     meta, idx_path, score_path = _ranking_paths(folder, base, depth)
     try:
         stored = load_json(meta)
         if stored.get("key_without_depth") != key_rest or stored.get("depth") != depth:
             log.warning("cache entry %s holds another key (digest collision?); ignoring it", meta)
             return None
-        ranking = Ranking(load_array(idx_path), load_array(score_path))
+        doc_idx, scores = load_array(idx_path), load_array(score_path)
+        stored_depth = _ranking_shape(doc_idx, scores)[1]
     except (OSError, ValueError, EOFError) as err:
         log.warning("cache entry %s is unreadable (%s); ignoring it", meta, err)
         return None
-    if ranking.depth != depth:
-        log.warning("cache entry %s has depth %d, expected %d; ignoring it", meta, ranking.depth, depth)
+    if stored_depth != depth:
+        log.warning("cache entry %s has depth %d, expected %d; ignoring it", meta, stored_depth, depth)
         return None
-    return ranking
+    return doc_idx, scores
 
 
-def load_or_compute_ranking(
+def load_or_compute_ranking_arrays(
     cache_dir: str | Path | None,
     key: Mapping[str, Any],
-    compute: Callable[[], Ranking],
+    compute: Callable[[], RankingArrays],
     *,
     reuse_deeper: bool = False,
-) -> tuple[Ranking, bool]:
-    """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
+) -> tuple[RankingArrays, bool]:
+    """The ranking arrays (doc_idx, scores) cached under ``key``, or ``compute()``'s stored
+    there. Returns ((doc_idx, scores), hit); both arrays are [n_queries, depth].
 
     ``key`` should hold everything that shaped the ranking: the collection digest, the
     retriever's ``cache_key()`` and the ``depth`` (an int). With ``reuse_deeper=True``, a
@@ -225,7 +237,8 @@ def load_or_compute_ranking(
     ``depth`` columns). That is right only for a retriever whose ranking at depth d is the
     prefix of its ranking at any D > d: pass ``getattr(retriever, "prefix_stable", False)``
     (True for bm25, exact/flat dense and run_file; False for hnsw and hybrid, whose
-    candidates depend on the depth asked). ``cache_dir=None`` disables caching.
+    candidates depend on the depth asked). ``cache_dir=None`` disables caching. Stored as
+    int64 and float32; ``retrievers.base.load_or_compute_ranking`` is the same for Rankings.
     """
     if cache_dir is None:
         return compute(), False
@@ -239,21 +252,20 @@ def load_or_compute_ranking(
     if folder.exists():
         candidates = [d for d in _cached_depths(folder, base) if d == depth or (reuse_deeper and d > depth)]
         for cached_depth in candidates:  # smallest first: the least to read
-            ranking = _read_ranking(folder, base, cached_depth, key_rest)
-            if ranking is not None:
+            found = _read_ranking(folder, base, cached_depth, key_rest)
+            if found is not None:
                 log.debug("ranking cache hit (depth %d for %d)", cached_depth, depth)
                 if cached_depth == depth:
-                    return ranking, True
-                return Ranking(
-                    np.ascontiguousarray(ranking.doc_idx[:, :depth]),
-                    np.ascontiguousarray(ranking.scores[:, :depth]),
-                ), True
-    ranking = compute()
-    if ranking.depth != depth:
-        raise ValueError(f"compute() returned depth {ranking.depth}, the key says {depth}")
+                    return found, True
+                doc_idx, scores = found
+                return (np.ascontiguousarray(doc_idx[:, :depth]), np.ascontiguousarray(scores[:, :depth])), True
+    doc_idx, scores = computed = compute()
+    n_queries, computed_depth = _ranking_shape(doc_idx, scores)
+    if computed_depth != depth:
+        raise ValueError(f"compute() returned depth {computed_depth}, the key says {depth}")
     meta, idx_path, score_path = _ranking_paths(folder, base, depth)
-    save_array(idx_path, ranking.doc_idx.astype(np.int64, copy=False))
-    save_array(score_path, ranking.scores.astype(np.float32, copy=False))
-    save_json(meta, {"key_without_depth": rest, "depth": depth, "n_queries": ranking.n_queries})
+    save_array(idx_path, doc_idx.astype(np.int64, copy=False))
+    save_array(score_path, scores.astype(np.float32, copy=False))
+    save_json(meta, {"key_without_depth": rest, "depth": depth, "n_queries": n_queries})
     log.debug("ranking cache write %s", meta)
-    return ranking, False
+    return computed, False

@@ -7,23 +7,22 @@ any document, query or judgment changes (used for cache keys and logged to MLflo
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
-import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+import pyarrow as pa
 
 from pipeline.errors import InputError
-from pipeline.formats import read_qrels
+from pipeline.formats import QrelsFile, dedupe_judgments, judgment_line, read_qrels
 from pipeline.metrics import Qrels
+from pipeline.readers import raw_lines, require_file, text_lines
 
 try:  # orjson is ~3x faster on large corpora; json is the reference for what is valid
     import orjson
@@ -81,38 +80,6 @@ REPORT_KEYS = (
 DocRecord = tuple[int, str, str]  # (1-based line or record number, id, text)
 
 
-def _open_binary(path: Path) -> IO[bytes]:
-    """Open a file for line iteration in binary mode (``.gz`` decompressed on the fly).
-
-    Binary lines split on ``\\n`` only (the JSONL rule) and let a bad UTF-8 byte be
-    reported with its line number instead of failing a whole decoded chunk.
-    """
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
-
-
-def _require_file(path: str | Path, what: str) -> Path:
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise InputError(f"{what} file not found", path)
-    if path.is_dir():
-        raise InputError(f"{what} path is a folder, expected a file", path)
-    return path
-
-
-def _lines(path: Path, what: str) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, raw line) for every non-blank line; read errors name the line."""
-    no = 0
-    try:
-        with _open_binary(path) as fh:
-            for no, raw in enumerate(fh, start=1):
-                if raw.strip():
-                    yield no, raw
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"cannot read {what} file ({exc})", path, no + 1) from None
-
-
 def _parse_json(raw: bytes, path: Path, no: int) -> dict[str, Any]:
     try:
         obj = _fast_loads(raw)
@@ -152,34 +119,36 @@ def _join(title: str, text: str, join: str) -> str:
     return title or text
 
 
-def _jsonl_docs(path: Path, title_field: str | None, text_field: str, join: str) -> Iterator[DocRecord]:
-    """Documents of a JSONL corpus: ``_id`` and ``text_field`` required, ``title_field`` optional."""
-    for no, raw in _lines(path, "corpus"):
+def _jsonl_records(
+    path: Path, what: str, item: str, text_field: str, title_field: str | None = None, join: str = " "
+) -> Iterator[DocRecord]:
+    """Records of a JSONL file (corpus or queries): ``_id`` and ``text_field`` required,
+    ``title_field`` optional (documents only). ``item`` ("document", "query") names a record
+    in messages."""
+    for no, raw in raw_lines(path, what):
         obj = _parse_json(raw, path, no)
         if "_id" not in obj:
-            raise InputError("document has no '_id' key", path, no)
+            raise InputError(f"{item} has no '_id' key", path, no)
         if text_field not in obj:
-            raise InputError(f"document has no {text_field!r} key", path, no)
-        did = obj["_id"]
-        if type(did) is not str or not did.strip():
-            did = _as_id(did, "_id", path, no)
+            raise InputError(f"{item} has no {text_field!r} key", path, no)
+        rid = obj["_id"]
+        if type(rid) is not str or not rid.strip():
+            rid = _as_id(rid, "_id", path, no)
         text = obj[text_field]
         if type(text) is not str:
             text = _as_text(text, text_field, path, no)
         title = obj.get(title_field, "") if title_field else ""
         if type(title) is not str:
             title = _as_text(title, title_field or "", path, no)
-        yield no, did, _join(title, text, join)
+        yield no, rid, _join(title, text, join)
+
+
+def _jsonl_docs(path: Path, title_field: str | None, text_field: str, join: str) -> Iterator[DocRecord]:
+    return _jsonl_records(path, "corpus", "document", text_field, title_field, join)
 
 
 def _jsonl_queries(path: Path, text_field: str = "text") -> Iterator[DocRecord]:
-    for no, raw in _lines(path, "queries"):
-        obj = _parse_json(raw, path, no)
-        if "_id" not in obj:
-            raise InputError("query has no '_id' key", path, no)
-        if text_field not in obj:
-            raise InputError(f"query has no {text_field!r} key", path, no)
-        yield no, _as_id(obj["_id"], "_id", path, no), _as_text(obj[text_field], text_field, path, no)
+    return _jsonl_records(path, "queries", "query", text_field)
 
 
 _TSV_ID_HEADERS = {"id", "_id", "docid", "doc_id", "docno", "pid", "qid", "query_id", "query-id", "queryid"}
@@ -200,11 +169,7 @@ def _tsv_records(path: Path, what: str, allowed: tuple[int, ...], join: str) -> 
     """
     n_cols = 0
     first = True
-    for no, raw in _lines(path, what):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})", path, no) from None
+    for no, line in text_lines(path, what):
         fields = line.rstrip("\r\n").split("\t")
         if first:
             first = False
@@ -235,8 +200,8 @@ def _is_jsonl(path: Path, fmt: str, what: str) -> bool:
         return True
     if suffixes and suffixes[-1] in (".tsv", ".txt", ".tab"):
         return False
-    for _, raw in _lines(path, what):
-        return raw.lstrip().startswith((b"{", b"\xef\xbb\xbf{"))
+    for _, raw in raw_lines(path, what):
+        return raw.lstrip().startswith(b"{")  # a byte order mark is already gone
     return False
 
 
@@ -320,42 +285,58 @@ def _collect_queries(records: Iterable[DocRecord], where: Path | str) -> dict[st
     return queries
 
 
-def _qrels_line(path: Path, qid: str, did: str) -> int | None:
-    """Line of the judgment (qid, did) in a TREC or BEIR qrels file (error path only)."""
-    for no, raw in _lines(path, "qrels"):
-        fields = raw.decode("utf-8", "replace").split()
-        if len(fields) >= 3 and fields[0] == qid and fields[-2] == did:
-            return no
-    return None
+@dataclass(frozen=True)
+class Parts:
+    """The three parts of a collection: how to read each and what to call it in messages.
+
+    ``docs`` and ``queries`` return fresh iterables of (line or record number, id, text);
+    ``docs`` is called a second time only to name the lines of a duplicate id. ``judgments``
+    returns the deduplicated judgments; ``judgment_line`` finds a judgment's line or record
+    number for a strict-mode error.
+    """
+
+    name: str
+    source: str  # where it came from (a path or an ir_datasets id)
+    corpus_where: Path | str
+    docs: Callable[[], Iterable[DocRecord]]
+    queries_where: Path | str
+    queries: Callable[[], Iterable[DocRecord]]
+    qrels_where: Path | str
+    judgments: Callable[[], QrelsFile]
+    judgment_line: Callable[[str, str], int | None]
+    strict: bool = False
+
+
+def _load(parts: Parts) -> Collection:
+    """Read the parts (cheap checks first, so a bad qrels or queries file fails before a big
+    corpus is read) and assemble them."""
+    judgments = parts.judgments()
+    queries = _collect_queries(parts.queries(), parts.queries_where)
+    hasher = hashlib.sha256()
+    doc_ids, doc_texts, empty_docs = _collect_docs(parts.docs(), parts.docs, parts.corpus_where, hasher)
+    return _assemble(parts, judgments, queries, doc_ids, doc_texts, empty_docs, hasher)
 
 
 def _assemble(
-    *,
-    name: str,
-    source: str,
+    parts: Parts,
+    judgments: QrelsFile,
+    queries: dict[str, tuple[str, int]],
     doc_ids: list[str],
     doc_texts: list[str],
     empty_docs: int,
-    corpus_where: Path | str,
-    queries: dict[str, tuple[str, int]],
-    queries_where: Path | str,
-    judged_qids: NDArray[np.object_],
-    judged_dids: NDArray[np.object_],
-    grades: NDArray[np.int64],
-    n_duplicates: int,
-    qrels_where: Path | str,
-    qrels_line: Callable[[str, str], int | None],
-    strict: bool,
     hasher: Any,
 ) -> Collection:
     """Map judgments to indices, apply the soft/hard rules, finish the digest."""
+    name, strict = parts.name, parts.strict
+    corpus_where, queries_where, qrels_where = parts.corpus_where, parts.queries_where, parts.qrels_where
+    judged_qids, judged_dids, grades = judgments.query_ids, judgments.doc_ids, judgments.grades
     if not doc_ids:
         raise InputError("corpus has no documents", corpus_where)
     if not queries:
         raise InputError("queries file has no queries", queries_where)
     report = dict.fromkeys(REPORT_KEYS, 0)
     report["empty_docs"] = empty_docs
-    report["duplicate_judgments"] = int(n_duplicates)
+    report["duplicate_judgments"] = int(judgments.n_duplicates)
 
     # Judged queries that the queries file lacks: their judgments cannot be evaluated.
     known_q = np.fromiter((q in queries for q in judged_qids), dtype=bool, count=len(judged_qids))
@@ -366,7 +347,7 @@ def _assemble(
             raise InputError(
                 f"judged query {q!r} is not in the queries file {queries_where} (strict mode)",
                 qrels_where,
-                qrels_line(q, d),
+                parts.judgment_line(q, d),
             )
         report["qrels_unknown_queries"] = len(set(missing.tolist()))
         report["qrels_dropped_judgments"] = int(len(missing))
@@ -399,7 +380,7 @@ def _assemble(
             raise InputError(
                 f"judged document {d!r} (query {q!r}) is not in the corpus {corpus_where} (strict mode)",
                 qrels_where,
-                qrels_line(q, d),
+                parts.judgment_line(q, d),
             )
         report["qrels_unknown_docs"] = int(unknown.sum())
 
@@ -431,7 +412,7 @@ def _assemble(
         query_texts=query_texts,
         qrels=Qrels(query_idx=query_idx, doc_idx=doc_idx, grade=grades),
         digest=hasher.hexdigest(),
-        source=source,
+        source=parts.source,
         report=report,
     )
 
@@ -455,33 +436,6 @@ def _log_report(name: str, report: dict[str, int], qrels_where: Path | str) -> N
             # Queries outside the split are normal for BEIR (queries.jsonl holds every split).
             level = logging.INFO if key == "queries_without_judgments" else logging.WARNING
             log.log(level, "%s: %d %s [%s] (qrels: %s)", name, count, _REPORT_TEXT[key], key, qrels_where)
-
-
-def _dedupe_judgments(
-    qids: list[str], dids: list[str], grades: list[int], where: str
-) -> tuple[NDArray[np.object_], NDArray[np.object_], NDArray[np.int64], int]:
-    """In-memory twin of read_qrels' rule: identical repeats dropped and counted, conflicts fail."""
-    seen: dict[tuple[str, str], tuple[int, int]] = {}
-    keep: list[int] = []
-    for i, (q, d, g) in enumerate(zip(qids, dids, grades), start=1):
-        prev = seen.get((q, d))
-        if prev is None:
-            seen[(q, d)] = (i, g)
-            keep.append(i - 1)
-        elif prev[1] != g:
-            raise InputError(
-                f"query {q!r} judges document {d!r} twice with different grades "
-                f"({prev[1]} at judgment {prev[0]}, {g} here)",
-                where,
-                i,
-            )
-    idx = np.asarray(keep, dtype=np.int64)
-    return (
-        np.asarray(qids, dtype=object)[idx] if qids else np.empty(0, dtype=object),
-        np.asarray(dids, dtype=object)[idx] if dids else np.empty(0, dtype=object),
-        np.asarray(grades, dtype=np.int64)[idx] if grades else np.empty(0, dtype=np.int64),
-        len(qids) - len(keep),
-    )
 
 
 # --------------------------------------------------------------------------- public loaders
@@ -527,15 +481,17 @@ def load_beir(
         available = sorted(p.name.split(".")[0] for p in (folder / "qrels").glob("*.tsv*"))
         hint = f"available splits: {', '.join(available)}" if available else "the qrels folder has no .tsv file"
         raise InputError(f"no qrels for split {split!r} ({hint})", qrels_path)
-    return _load_files(
-        name=name or folder.resolve().name,
-        source=str(folder),
-        corpus=corpus,
-        docs=lambda: _jsonl_docs(corpus, title_field, text_field, join),
-        queries_path=queries_path,
-        queries=lambda: _jsonl_queries(queries_path),
-        qrels_path=qrels_path,
-        strict=strict,
+    return _load(
+        _file_parts(
+            name=name or folder.resolve().name,
+            source=str(folder),
+            corpus=corpus,
+            docs=lambda: _jsonl_docs(corpus, title_field, text_field, join),
+            queries=queries_path,
+            query_records=lambda: _jsonl_queries(queries_path),
+            qrels=qrels_path,
+            strict=strict,
+        )
     )
 
 
@@ -560,9 +516,9 @@ def load_trec(
     recognised and skipped. Same rules as :func:`load_beir`; ``name`` defaults to the name
     of the folder holding the corpus.
     """
-    corpus_path = _require_file(corpus, "corpus")
-    queries_path = _require_file(queries, "queries")
-    qrels_path = _require_file(qrels, "qrels")
+    corpus_path = require_file(corpus, "corpus")
+    queries_path = require_file(queries, "queries")
+    qrels_path = require_file(qrels, "qrels")
     if _is_jsonl(corpus_path, corpus_format, "corpus"):
         docs: Callable[[], Iterable[DocRecord]] = lambda: _jsonl_docs(corpus_path, title_field, text_field, join)
     else:
@@ -571,51 +527,42 @@ def load_trec(
         query_records: Callable[[], Iterable[DocRecord]] = lambda: _jsonl_queries(queries_path)
     else:
         query_records = lambda: _tsv_records(queries_path, "queries", (2,), join)
-    return _load_files(
-        name=name or corpus_path.resolve().parent.name,
-        source=str(corpus_path),
-        corpus=corpus_path,
-        docs=docs,
-        queries_path=queries_path,
-        queries=query_records,
-        qrels_path=qrels_path,
-        strict=strict,
+    return _load(
+        _file_parts(
+            name=name or corpus_path.resolve().parent.name,
+            source=str(corpus_path),
+            corpus=corpus_path,
+            docs=docs,
+            queries=queries_path,
+            query_records=query_records,
+            qrels=qrels_path,
+            strict=strict,
+        )
     )
 
 
-def _load_files(
+def _file_parts(
     *,
     name: str,
     source: str,
     corpus: Path,
     docs: Callable[[], Iterable[DocRecord]],
-    queries_path: Path,
-    queries: Callable[[], Iterable[DocRecord]],
-    qrels_path: Path,
+    queries: Path,
+    query_records: Callable[[], Iterable[DocRecord]],
+    qrels: Path,
     strict: bool,
-) -> Collection:
-    # Cheap checks first, so a bad qrels or queries file fails before a big corpus is read.
-    judgments = read_qrels(qrels_path)
-    query_map = _collect_queries(queries(), queries_path)
-    hasher = hashlib.sha256()
-    doc_ids, doc_texts, empty = _collect_docs(docs(), docs, corpus, hasher)
-    return _assemble(
+) -> Parts:
+    return Parts(
         name=name,
         source=source,
-        doc_ids=doc_ids,
-        doc_texts=doc_texts,
-        empty_docs=empty,
         corpus_where=corpus,
-        queries=query_map,
-        queries_where=queries_path,
-        judged_qids=judgments.query_ids,
-        judged_dids=judgments.doc_ids,
-        grades=judgments.grades,
-        n_duplicates=judgments.n_duplicates,
-        qrels_where=qrels_path,
-        qrels_line=lambda q, d: _qrels_line(qrels_path, q, d),
+        docs=docs,
+        queries_where=queries,
+        queries=query_records,
+        qrels_where=qrels,
+        judgments=lambda: read_qrels(qrels),
+        judgment_line=lambda q, d: judgment_line(qrels, q, d),
         strict=strict,
-        hasher=hasher,
     )
 
 
@@ -673,40 +620,42 @@ def load_ir_datasets(
                 text = query.default_text()
             yield no, _as_id(query.query_id, "query_id", f"{where}/queries", no), text
 
-    qids: list[str] = []
-    dids: list[str] = []
-    grades: list[int] = []
     positions: dict[tuple[str, str], int] = {}
-    try:
+
+    def judgments() -> QrelsFile:
+        qids: list[str] = []
+        dids: list[str] = []
+        grades: list[int] = []
         for no, qrel in enumerate(dataset.qrels_iter(), start=1):
             qids.append(str(qrel.query_id))
             dids.append(str(qrel.doc_id))
             grades.append(int(qrel.relevance))
             positions.setdefault((qids[-1], dids[-1]), no)
-        query_map = _collect_queries(query_records(), f"{where}/queries")
-        hasher = hashlib.sha256()
-        doc_ids, doc_texts, empty = _collect_docs(doc_records(), doc_records, f"{where}/docs", hasher)
-    except (OSError, EOFError) as exc:  # missing download, no network, unreadable cache
-        raise InputError(f"ir_datasets could not provide {id!r}: {exc}") from None
-    q_arr, d_arr, g_arr, n_dup = _dedupe_judgments(qids, dids, grades, f"{where}/qrels")
-    return _assemble(
+        return dedupe_judgments(
+            pa.array(qids, pa.string()),
+            pa.array(dids, pa.string()),
+            np.array(grades, np.int64),
+            f"{where}/qrels",
+            np.arange(1, len(qids) + 1, dtype=np.int64),
+            position_name="at judgment",
+        )
+
+    parts = Parts(
         name=name or id,
         source=where,
-        doc_ids=doc_ids,
-        doc_texts=doc_texts,
-        empty_docs=empty,
         corpus_where=f"{where}/docs",
-        queries=query_map,
+        docs=doc_records,
         queries_where=f"{where}/queries",
-        judged_qids=q_arr,
-        judged_dids=d_arr,
-        grades=g_arr,
-        n_duplicates=n_dup,
+        queries=query_records,
         qrels_where=f"{where}/qrels",
-        qrels_line=lambda q, d: positions.get((q, d)),
+        judgments=judgments,
+        judgment_line=lambda q, d: positions.get((q, d)),
         strict=strict,
-        hasher=hasher,
     )
+    try:
+        return _load(parts)
+    except (OSError, EOFError) as exc:  # missing download, no network, unreadable cache
+        raise InputError(f"ir_datasets could not provide {id!r}: {exc}") from None
 
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample"

@@ -1,23 +1,33 @@
 """TREC and BEIR interchange formats: qrels and run files, read strictly, written plainly.
 
 Readers take the fast path (pyarrow's CSV reader) and, when anything looks wrong, re-read the
-file line by line to report the first bad line by number: the common case pays nothing for
-good error messages.
+file line by line (``pipeline.readers``) to report the first bad line by number: the common
+case pays nothing for good error messages. Both paths drop a UTF-8 byte order mark and split
+lines on ``\n``, ``\r\n`` and a bare ``\r``, so they give the same answer for the same bytes.
 
 - qrels: TREC ``qid iter docid grade`` (whitespace separated) or a BEIR ``qrels/*.tsv``
   (header ``query-id<TAB>corpus-id<TAB>score``). Identical duplicate judgments are dropped
-  and counted; duplicates whose grades disagree are an error.
+  and counted; duplicates whose grades disagree are an error (:func:`dedupe_judgments`, the
+  one rule for judgments from any source).
 - run: TREC ``qid Q0 docid rank score tag``. A document listed twice for one query is an
   error. ``.gz`` is accepted for both.
+
+Tie rules: the order of a query's documents whose scores are equal. Every consumer of a run
+(``python -m pipeline.score --tie-break``, ``retriever=run_file``'s ``tie_break``) uses
+these names; all sort by score descending first, then by
+
+- ``file_order``: the run file's line order (old name in the scorer: ``score``);
+- ``doc_index``: the document's index in the corpus ascending, the project's rule for its
+  own retrievers (needs a corpus: ``retriever=run_file`` only);
+- ``docid_desc``: the document id descending, by code point: trec_eval's own re-sort, so
+  metrics then equal trec_eval's exactly.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +36,23 @@ import pyarrow.csv as pa_csv
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
+from pipeline.readers import first_text_line, require_file, text_lines
 
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+TIE_BREAKS = ("file_order", "doc_index", "docid_desc")  # see the module docstring
+TIE_BREAKS_WITHOUT_CORPUS = ("file_order", "docid_desc")  # the rules a run and qrels alone allow
+TIE_BREAK_ALIASES = {"score": "file_order"}  # earlier names, still accepted
+
+
+def tie_break_rule(name: str, allowed: Sequence[str] = TIE_BREAKS) -> str:
+    """The canonical name of tie rule ``name`` (an alias is translated); ValueError when it
+    is unknown or not one of ``allowed``."""
+    rule = TIE_BREAK_ALIASES.get(name, name)
+    if rule not in allowed:
+        hint = " (it needs a corpus: use retriever=run_file)" if rule == "doc_index" else ""
+        raise ValueError(f"unknown tie_break {name!r}{hint}; choose one of {', '.join(allowed)}")
+    return rule
 
 
 @dataclass(frozen=True)
@@ -68,38 +93,21 @@ class RunFile:
         return self.doc_dict.to_numpy(zero_copy_only=False)[self.doc_codes]
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+def _check_exists(path: str | Path, what: str) -> tuple[Path, str]:
+    """The path and its first non-blank line; InputError when missing, unreadable or empty."""
+    path = require_file(path, what)
+    first = first_text_line(path, what, universal_newlines=True)
+    if first is None:
+        raise InputError(f"{what} file is empty", path)
+    return path, first
 
 
-def _check_exists(path: str | Path, what: str) -> Path:
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{what} file not found", path)
-    if path.is_dir():
-        raise InputError(f"{what} path is a folder, expected a file", path)
-    try:
-        with _open_text(path) as fh:
-            for line in fh:
-                if line.strip():
-                    return path
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} file ({exc})", path) from None
-    raise InputError(f"{what} file is empty", path)
-
-
-def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
+def _lines(path: Path, what: str) -> Iterator[tuple[int, list[str]]]:
     """(1-based line number, whitespace-split fields) for every non-blank line."""
-    try:
-        with _open_text(path) as fh:
-            for no, line in enumerate(fh, start=1):
-                fields = line.split()
-                if fields:
-                    yield no, fields
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path) from None
+    for no, line in text_lines(path, what, universal_newlines=True):
+        fields = line.split()
+        if fields:
+            yield no, fields
 
 
 def _is_int(text: str) -> bool:
@@ -116,14 +124,6 @@ def _is_float(text: str) -> bool:
     except ValueError:
         return False
     return bool(np.isfinite(value))
-
-
-def _first_line(path: Path) -> str:
-    with _open_text(path) as fh:
-        for line in fh:
-            if line.strip():
-                return line.rstrip("\r\n")
-    return ""
 
 
 def _read_fast(path: Path, names: list[str], types: dict[str, pa.DataType], delimiter: str) -> pa.Table | None:
@@ -151,14 +151,21 @@ def _codes(array: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64], pa.Arr
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary
 
 
+def _first_occurrence(key: NDArray[np.int64]) -> NDArray[np.int64]:
+    """For each row, the first row with the same key (itself when the key is new)."""
+    n = len(key)
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    starts = np.ones(n, np.bool_)
+    starts[1:] = sorted_key[1:] != sorted_key[:-1]
+    first = np.empty(n, np.int64)
+    first[order] = order[np.maximum.accumulate(np.where(starts, np.arange(n), 0))] if n else order
+    return first
+
+
 def _first_duplicate(key: NDArray[np.int64]) -> NDArray[np.bool_]:
     """Mask of rows whose key already occurred on an earlier row."""
-    order = np.argsort(key, kind="stable")
-    dup_sorted = np.zeros(len(key), np.bool_)
-    dup_sorted[1:] = key[order][1:] == key[order][:-1]
-    dup = np.zeros(len(key), np.bool_)
-    dup[order] = dup_sorted
-    return dup
+    return _first_occurrence(key) != np.arange(len(key))
 
 
 # --------------------------------------------------------------------------- qrels
@@ -166,8 +173,7 @@ def _first_duplicate(key: NDArray[np.int64]) -> NDArray[np.bool_]:
 
 def read_qrels(path: str | Path) -> QrelsFile:
     """Read TREC or BEIR qrels; see the module docstring for the rules."""
-    path = _check_exists(path, "qrels")
-    first_line = _first_line(path)
+    path, first_line = _check_exists(path, "qrels")
     first = first_line.split()
     if len(first) != 4 and len(first_line.split("\t")) == 3:  # BEIR ids may hold spaces
         first = [f.strip() for f in first_line.split("\t")]
@@ -195,55 +201,97 @@ def read_qrels(path: str | Path) -> QrelsFile:
     if table is not None and n_fields == 3:
         table = table.slice(1)  # the header line
     if table is None:
-        query, doc, grades = _parse_qrels_slowly(path, n_fields)
-    else:
-        query = table["q"].combine_chunks()
-        doc = table["d"].combine_chunks()
-        grades = table["g"].to_numpy().astype(np.int64)
+        query, doc, grades, lines = _parse_qrels_slowly(path, n_fields)
+        return dedupe_judgments(query, doc, grades, path, lines)
+    # Line numbers are only needed to report disagreeing grades: read them then.
+    return dedupe_judgments(
+        table["q"].combine_chunks(),
+        table["d"].combine_chunks(),
+        table["g"].to_numpy().astype(np.int64),
+        path,
+        lambda: _parse_qrels_slowly(path, n_fields)[3],
+    )
 
+
+def dedupe_judgments(
+    query: pa.Array,
+    doc: pa.Array,
+    grades: NDArray[np.int64],
+    where: Path | str,
+    positions: NDArray[np.int64] | Callable[[], NDArray[np.int64]],
+    position_name: str = "on line",
+) -> QrelsFile:
+    """The rule for repeated judgments, whatever their source (a qrels file, ir_datasets).
+
+    A (query, document) pair judged again with the same grade is dropped (the first is kept)
+    and counted; judged again with another grade, InputError at the first such judgment,
+    naming the first one's grade and position. ``positions`` holds each row's 1-based line
+    (or record) number, or is a function that computes them (called only for the error).
+    """
+    grades = np.asarray(grades, dtype=np.int64)
     q_codes, _ = _codes(query)
     d_codes, d_dict = _codes(doc)
-    dup = _first_duplicate(q_codes * max(len(d_dict), 1) + d_codes)
+    first = _first_occurrence(q_codes * max(len(d_dict), 1) + d_codes)
+    dup = first != np.arange(len(first))
     n_dup = int(dup.sum())
-    if n_dup:  # rare: let the line-by-line reader say whether the grades disagree
-        _parse_qrels_slowly(path, n_fields)
-        keep = pa.array(~dup)
-        query, doc, grades = query.filter(keep), doc.filter(keep), grades[~dup]
-    return QrelsFile(query, doc, grades, n_dup)
+    if not n_dup:
+        return QrelsFile(query, doc, grades, 0)
+    conflict = np.flatnonzero(dup & (grades != grades[first]))
+    if len(conflict):
+        row = int(conflict[0])
+        prev = int(first[row])
+        lines = positions() if callable(positions) else positions
+        raise InputError(
+            f"query {query[row].as_py()!r} judges document {doc[row].as_py()!r} twice with different grades "
+            f"({grades[prev]} {position_name} {lines[prev]}, {grades[row]} here)",
+            where,
+            int(lines[row]),
+        )
+    keep = ~dup
+    return QrelsFile(query.filter(pa.array(keep)), doc.filter(pa.array(keep)), grades[keep], n_dup)
 
 
-def _parse_qrels_slowly(path: Path, n_fields: int) -> tuple[pa.Array, pa.Array, NDArray[np.int64]]:
-    """Line by line: any whitespace layout; the first bad line raises InputError."""
-    seen: dict[tuple[str, str], tuple[int, int]] = {}
+def _parse_qrels_slowly(
+    path: Path, n_fields: int
+) -> tuple[pa.Array, pa.Array, NDArray[np.int64], NDArray[np.int64]]:
+    """Line by line, any whitespace layout: (query, doc, grades, line numbers). The first bad
+    line raises InputError: a malformed line, or disagreeing grades on an earlier one."""
     queries: list[str] = []
     docs: list[str] = []
     grades: list[int] = []
-    lines = _lines(path)
+    numbers: list[int] = []
+    lines = _lines(path, "qrels")
     if n_fields == 3:
         next(lines, None)  # header, already checked
+    problem: InputError | None = None
     for no, fields in lines:
         if len(fields) != n_fields:
-            raise InputError(f"expected {n_fields} columns, found {len(fields)}", path, no)
+            problem = InputError(f"expected {n_fields} columns, found {len(fields)}", path, no)
+            break
         grade_text = fields[-1]
         if not _is_int(grade_text):
-            raise InputError(f"grade {grade_text!r} is not an integer", path, no)
-        qid, docid = fields[0], fields[1 if n_fields == 3 else 2]
-        grade = int(grade_text)
-        if (qid, docid) in seen and seen[(qid, docid)][1] != grade:
-            prev_no, prev_grade = seen[(qid, docid)]
-            raise InputError(
-                f"query {qid!r} judges document {docid!r} twice with different grades "
-                f"({prev_grade} on line {prev_no}, {grade} here)",
-                path,
-                no,
-            )
-        seen.setdefault((qid, docid), (no, grade))
-        queries.append(qid)
-        docs.append(docid)
-        grades.append(grade)
+            problem = InputError(f"grade {grade_text!r} is not an integer", path, no)
+            break
+        queries.append(fields[0])
+        docs.append(fields[1 if n_fields == 3 else 2])
+        grades.append(int(grade_text))
+        numbers.append(no)
+    query, doc = pa.array(queries, pa.string()), pa.array(docs, pa.string())
+    grade_array, line_array = np.array(grades, np.int64), np.array(numbers, np.int64)
+    if problem is not None:
+        dedupe_judgments(query, doc, grade_array, path, line_array)  # disagreeing grades above it come first
+        raise problem
     if not queries:
         raise InputError("qrels file has no judgments", path)
-    return pa.array(queries, pa.string()), pa.array(docs, pa.string()), np.array(grades, np.int64)
+    return query, doc, grade_array, line_array
+
+
+def judgment_line(path: Path, qid: str, did: str) -> int | None:
+    """Line of the first judgment (qid, did) in a TREC or BEIR qrels file (error paths only)."""
+    for no, fields in _lines(path, "qrels"):
+        if len(fields) >= 3 and fields[0] == qid and fields[-2] == did:
+            return no
+    return None
 
 
 # --------------------------------------------------------------------------- runs
@@ -251,8 +299,7 @@ def _parse_qrels_slowly(path: Path, n_fields: int) -> tuple[pa.Array, pa.Array, 
 
 def read_run(path: str | Path) -> RunFile:
     """Read a TREC run (``qid Q0 docid rank score tag``), rows in file order."""
-    path = _check_exists(path, "run")
-    first_line = _first_line(path)
+    path, first_line = _check_exists(path, "run")
     delimiter = "\t" if "\t" in first_line else " "
     names = ["q", "q0", "d", "rank", "s", "tag"]
     table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "s": pa.float64(), "tag": pa.string()}, delimiter)
@@ -278,7 +325,7 @@ def _parse_run_slowly(path: Path) -> tuple[pa.Array, pa.Array, NDArray[np.float6
     docs: list[str] = []
     scores: list[float] = []
     tag = ""
-    for no, fields in _lines(path):
+    for no, fields in _lines(path, "run"):
         if len(fields) != 6:
             raise InputError(
                 f"expected 6 columns (qid Q0 docid rank score tag), found {len(fields)}", path, no
@@ -310,10 +357,15 @@ def write_run(
 ) -> None:
     """Write a Ranking-like pair of arrays as a TREC run (rank 1 first; -1 entries skipped).
 
-    Scores are written with 9 significant digits so float32 values round-trip.
+    Scores are written with 9 significant digits so float32 values round-trip. The tag is
+    one TREC field: whitespace in it becomes ``_`` (``bm25-none-k10 k1=1.5`` ->
+    ``bm25-none-k10_k1=1.5``).
     """
+    import re
+
     import pandas as pd  # writing is off the scorer's hot path
 
+    tag = re.sub(r"\s+", "_", tag.strip()) or "pipeline"
     path = Path(path)
     valid = doc_idx >= 0
     q_rows, cols = np.nonzero(valid)

@@ -10,6 +10,10 @@ reads it.
 under an attention curve (docs/design.md, "Context placement and position-aware metrics").
 Retrieval metrics are computed on the ranking before placement; placement only permutes
 the top K, so counts of relevant chunks (precision, recall) are unchanged by it.
+
+A computing module: bad arguments raise ``ValueError`` (the stages that call it with the
+user's settings turn that into ``InputError``). K is checked by ``attention.check_k``;
+placements accept K = 0 (the empty context).
 """
 
 from __future__ import annotations
@@ -19,27 +23,21 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.errors import InputError
+from pipeline.attention import check_k
 from pipeline.metrics import gain_values
 
 Strategy = Callable[..., NDArray[np.int64]]
 Curve = Callable[[int], NDArray[np.float64]]
 
 
-def _check_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"a placement needs k >= 0 slots, got {k!r}")
-    return int(k)
-
-
 def none(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
     """Retriever order: slot i holds rank i (ranks 1..10 -> 1, 2, ..., 10)."""
-    return np.arange(_check_k(k), dtype=np.int64)
+    return np.arange(check_k(k, empty_ok=True), dtype=np.int64)
 
 
 def reverse(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
     """Best chunk last, next to the question: ranks 1..10 -> 10, 9, ..., 1."""
-    return np.arange(_check_k(k), dtype=np.int64)[::-1].copy()
+    return np.arange(check_k(k, empty_ok=True), dtype=np.int64)[::-1].copy()
 
 
 def lost_in_the_middle(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
@@ -51,7 +49,7 @@ def lost_in_the_middle(k: int, weights: NDArray[np.float64] | None = None) -> ND
     ranks ascending followed by the odd ranks descending (0-based), for odd and even k:
     k = 10 -> 1, 3, 5, 7, 9, 10, 8, 6, 4, 2 and k = 9 -> 1, 3, 5, 7, 9, 8, 6, 4, 2 (1-based).
     """
-    k = _check_k(k)
+    k = check_k(k, empty_ok=True)
     return np.concatenate([np.arange(0, k, 2), np.arange(1, k, 2)[::-1]]).astype(np.int64)
 
 
@@ -72,7 +70,7 @@ def lost_in_the_middle_langchain(
     1-based); for odd k it is first and the order equals Haystack's (k = 9 -> 1, 3, ..., 9,
     8, ..., 2).
     """
-    k = _check_k(k)
+    k = check_k(k, empty_ok=True)
     front = (k - 1) % 2
     return np.concatenate(
         [np.arange(front, k, 2), np.arange(1 - front, k, 2)[::-1]]
@@ -87,9 +85,9 @@ def attention_optimal(k: int, weights: NDArray[np.float64] | None = None) -> NDA
     context utility whenever the ranking is in non-increasing order of grade.
     ``weights`` (the attention curve over the k slots) is required.
     """
-    k = _check_k(k)
+    k = check_k(k, empty_ok=True)
     if weights is None:
-        raise InputError("reorder attention_optimal needs the weights of an attention curve")
+        raise ValueError("reorder attention_optimal needs the weights of an attention curve")
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != (k,):
         raise ValueError(f"attention_optimal: expected {k} weights, got shape {w.shape}")
@@ -112,7 +110,7 @@ def place(
     any other, so a query with fewer than k results gets empty slots where its missing ranks
     are placed (the permutation is the same for every query).
     """
-    k = _check_k(k)
+    k = check_k(k, empty_ok=True)
     doc_idx = np.asarray(doc_idx)
     if doc_idx.ndim != 2:
         raise ValueError(f"place: doc_idx must be [n_queries, depth], got shape {doc_idx.shape}")
@@ -163,7 +161,7 @@ def context_utility(
     grades of each query sorted descending, zero-padded. Both are zero-padded to k_max if
     narrower. With curve = log and strategy = none this is nDCG@K.
     """
-    k_max = _check_k(k_max)
+    k_max = check_k(k_max, empty_ok=True)
     grades = np.asarray(grades)
     ideal = np.asarray(ideal)
     if grades.ndim != 2 or ideal.ndim != 2 or grades.shape[0] != ideal.shape[0]:
@@ -171,8 +169,6 @@ def context_utility(
             f"context_utility: grades {grades.shape} and ideal {ideal.shape} must be "
             "[n_queries, depth] with the same number of queries"
         )
-    if gain not in ("exp", "linear"):
-        raise InputError(f"gain must be 'exp' or 'linear', got {gain!r}")
     gains = gain_values(_columns(grades, k_max), gain)  # type: ignore[arg-type]
     # Sorting is cheap and makes the denominator right even for an unsorted ideal array.
     ideal_gains = gain_values(-np.sort(-_columns(ideal, max(k_max, ideal.shape[1])), axis=1), gain)  # type: ignore[arg-type]

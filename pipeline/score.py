@@ -6,10 +6,11 @@ definition card), every cut-off in one vectorized pass.
 Query set: the judged queries of QRELS (like ``trec_eval -c``): a judged query missing from
 the run scores 0; run queries without judgments are ignored and counted on stderr.
 
-Ordering within a query (``--tie-break``):
-  score       score descending, ties kept in the run file's order (default)
+Ordering within a query (``--tie-break``, the tie rules of ``pipeline.formats``):
+  file_order  score descending, ties kept in the run file's order (default; old name: score)
   docid_desc  score descending, then document id descending: trec_eval's own re-sort, so
               runs with tied scores give exactly trec_eval's numbers
+(``doc_index`` needs a corpus: score the run with ``retriever=run_file`` for it.)
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.formats import QrelsFile, RunFile, read_qrels, read_run
+from pipeline.formats import TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, read_qrels, read_run, tie_break_rule
 from pipeline.metrics import Evaluation, Qrels, evaluate
+from retrievers.base import rows_to_ranking
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class Scored:
 
 
 def rank_run(
-    run: RunFile, qrels_file: QrelsFile, tie_break: str = "score"
+    run: RunFile, qrels_file: QrelsFile, tie_break: str = "file_order"
 ) -> tuple[list[str], NDArray[np.int64], Qrels, int]:
     """Turn string-keyed run and qrels into the arrays ``metrics.evaluate`` takes.
 
@@ -51,8 +53,7 @@ def rank_run(
     padding, Qrels, number of run queries without judgments). Ids are matched through
     pyarrow hash tables on the distinct values only; rows are handled as integer codes.
     """
-    if tie_break not in ("score", "docid_desc"):
-        raise ValueError(f"tie_break must be 'score' or 'docid_desc', got {tie_break!r}")
+    tie_break = tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS)
     query_ids = pc.array_sort_indices(pc.unique(qrels_file.query))
     query_ids = pc.take(pc.unique(qrels_file.query), query_ids)
     n_q = len(query_ids)
@@ -71,26 +72,8 @@ def rank_run(
     rows = np.flatnonzero(run_q >= 0)
     run_q, run_docs, scores = run_q[rows], run_docs[rows], run.scores[rows]
 
-    # Usually a run is already in rank order within each query: check before sorting.
-    order = np.argsort(run_q, kind="stable")
-    q_s, s_s, d_s = run_q[order], scores[order], run_docs[order]
-    same_q = q_s[1:] == q_s[:-1]
-    if tie_break == "docid_desc":
-        in_order = (s_s[1:] > s_s[:-1]) | ((s_s[1:] == s_s[:-1]) & (d_s[1:] > d_s[:-1]))
-    else:
-        in_order = s_s[1:] > s_s[:-1]  # ties keep file order: the stable argsort already did
-    if np.any(same_q & in_order):
-        if tie_break == "docid_desc":
-            order = np.lexsort((-run_docs, -scores, run_q))
-        else:
-            order = np.lexsort((rows, -scores, run_q))
-        q_s, d_s = run_q[order], run_docs[order]
-    counts = np.bincount(q_s, minlength=n_q)
-    depth = int(counts.max(initial=0))
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pos = np.arange(len(q_s)) - starts[q_s]
-    doc_idx = np.full((n_q, max(depth, 1)), -1, np.int64)
-    doc_idx[q_s, pos] = d_s
+    tie = -run_docs if tie_break == "docid_desc" else None  # None: file order
+    doc_idx = rows_to_ranking(run_q, run_docs, scores, n_q, tie=tie).doc_idx
     return query_ids.to_pylist(), doc_idx, qrels, n_unjudged
 
 
@@ -106,7 +89,7 @@ def score_files(
     k_max: int,
     gain: str = "exp",
     relevance_level: int = 1,
-    tie_break: str = "score",
+    tie_break: str = "file_order",
 ) -> Scored:
     qrels_file = read_qrels(qrels_path)
     run = read_run(run_path)
@@ -125,6 +108,13 @@ def _parse_ks(text: str) -> list[int]:
     return ks
 
 
+def _parse_tie_break(text: str) -> str:
+    try:
+        return tie_break_rule(text, TIE_BREAKS_WITHOUT_CORPUS)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.score",
@@ -138,7 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--k-max", type=int, default=None, help="compute every K up to this (default: the largest --k)")
     parser.add_argument("--gain", choices=("exp", "linear"), default="exp", help="nDCG gain: 2^rel-1 (exp) or rel (linear = trec_eval)")
     parser.add_argument("--relevance-level", type=int, default=1, help="grade at which a document counts as relevant (default 1)")
-    parser.add_argument("--tie-break", choices=("score", "docid_desc"), default="score")
+    parser.add_argument(
+        "--tie-break",
+        type=_parse_tie_break,
+        default="file_order",
+        metavar="{" + ",".join(TIE_BREAKS_WITHOUT_CORPUS) + "}",
+        help="order of tied scores: file_order (default) or docid_desc (trec_eval's); see below",
+    )
     parser.add_argument("--per-query", action="store_true", help="also report every query")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
@@ -169,7 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --relevance-level must be >= 1, got {args.relevance_level}", file=sys.stderr)
         return 2
     try:
-        scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break)
+        try:
+            scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break)
+        except ValueError as err:  # the computing code's word for a bad argument
+            raise InputError(str(err)) from err
     except InputError as err:
         if args.debug:
             raise
@@ -183,7 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     if args.per_query:
-        table = ev.per_query(scored.query_ids)
+        import pandas as pd
+
+        table = pd.DataFrame(ev.per_query(scored.query_ids))
         cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], "mrr", "map", "n_relevant", "evaluated"]
         table = table[cols]
     if args.json:
@@ -194,8 +195,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(means))
         return 0
     if args.per_query:
-        import pandas as pd
-
         with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
             print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         print()

@@ -4,15 +4,24 @@ A Ranking holds, for each query (row), the indices of the retrieved documents in
 collection's ``doc_ids`` and their scores, best first: ordered by score descending, then by
 document index ascending (the project's tie rule). ``-1`` marks "nothing here" (a query
 that got fewer than ``depth`` results); its score is ``-inf``.
+
+The helpers that make Rankings live here, once: :func:`top_k` (a dense score matrix),
+:func:`rows_to_ranking` ((query, document, score) rows, as a run file or a fusion gives
+them), :func:`padded` (widen to a depth) and :func:`load_or_compute_ranking` (the on-disk
+cache of ``pipeline.cache``, which stores plain arrays).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+
+from pipeline.cache import load_or_compute_ranking_arrays
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,86 @@ class Ranking:
         """The first ``depth`` columns (a view)."""
         return Ranking(self.doc_idx[:, :depth], self.scores[:, :depth])
 
+    @classmethod
+    def empty(cls, n_queries: int, depth: int) -> "Ranking":
+        """Nothing retrieved: every entry -1, every score -inf."""
+        return cls(np.full((n_queries, depth), -1, np.int64), np.full((n_queries, depth), -np.inf, np.float32))
+
+
+def padded(doc_idx: NDArray[np.integer], scores: NDArray[np.floating], depth: int) -> Ranking:
+    """The Ranking of ``doc_idx`` and ``scores`` widened to ``depth`` columns with -1 / -inf
+    (as they are when already that wide or wider)."""
+    n_q, width = doc_idx.shape
+    if width >= depth:
+        return Ranking(doc_idx, scores)
+    out = Ranking.empty(n_q, depth)
+    out.doc_idx[:, :width] = doc_idx
+    out.scores[:, :width] = scores
+    return out
+
+
+def rows_to_ranking(
+    query: NDArray[np.integer],
+    doc: NDArray[np.integer],
+    scores: NDArray[np.floating],
+    n_queries: int,
+    depth: int | None = None,
+    tie: NDArray | None = None,
+) -> Ranking:
+    """(query, document, score) rows -> a Ranking [n_queries, depth], -1 / -inf padded.
+
+    ``query`` holds row indices 0..n_queries-1 (drop other rows first), ``doc`` document
+    indices. Each query's rows are ordered by score descending, then by ``tie`` ascending
+    (default: the rows' own order, so ties keep the input's order), and the first ``depth``
+    are kept (None: as deep as the query with the most rows, at least 1). Ordering uses the
+    scores as given (e.g. float64 from a run file); the Ranking stores them as float32.
+    Rows usually arrive grouped by query in rank order: that is checked before any sort.
+    """
+    query = np.asarray(query, dtype=np.int64)
+    doc = np.asarray(doc, dtype=np.int64)
+    key = np.asarray(scores)
+    n = len(query)
+    order = np.argsort(query, kind="stable")
+    q, s = query[order], key[order]
+    t = order if tie is None else np.asarray(tie)[order]
+    same_query = q[1:] == q[:-1]
+    misplaced = (s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (t[1:] < t[:-1]))
+    if np.any(same_query & misplaced):
+        order = np.lexsort((np.arange(n) if tie is None else tie, -key, query))
+        q = query[order]
+    counts = np.bincount(q, minlength=n_queries)
+    width = max(int(counts.max(initial=0)), 1) if depth is None else depth
+    pos = np.arange(n) - (np.cumsum(counts) - counts)[q]
+    keep = pos < width
+    out = Ranking.empty(n_queries, width)
+    out.doc_idx[q[keep], pos[keep]] = doc[order][keep]
+    out.scores[q[keep], pos[keep]] = key[order][keep]
+    return out
+
+
+def load_or_compute_ranking(
+    cache_dir: str | Path | None,
+    key: Mapping[str, Any],
+    compute: Callable[[], Ranking],
+    *,
+    reuse_deeper: bool = False,
+) -> tuple[Ranking, bool]:
+    """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
+
+    ``pipeline.cache.load_or_compute_ranking_arrays`` with Rankings: ``key`` holds the
+    collection digest, the retriever's ``cache_key()`` and the ``depth``; ``reuse_deeper``
+    lets a deeper cached ranking of a ``prefix_stable`` retriever serve the request;
+    ``cache_dir=None`` disables caching.
+    """
+    computed: list[Ranking] = []
+
+    def compute_arrays() -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+        computed.append(compute())
+        return computed[0].doc_idx, computed[0].scores
+
+    (doc_idx, scores), hit = load_or_compute_ranking_arrays(cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper)
+    return (computed[0] if computed else Ranking(doc_idx, scores)), hit
+
 
 def top_k(scores: NDArray[np.floating], depth: int) -> Ranking:
     """Top ``depth`` of a dense [n_queries, n_docs] score matrix, score desc then index asc.
@@ -50,7 +139,7 @@ def top_k(scores: NDArray[np.floating], depth: int) -> Ranking:
     n_q, n_d = scores.shape
     d = min(depth, n_d)
     if d == 0:
-        return Ranking(np.full((n_q, depth), -1, np.int64), np.full((n_q, depth), -np.inf, np.float32))
+        return Ranking.empty(n_q, depth)
     if d < n_d:
         part = np.argpartition(-scores, d - 1, axis=1)[:, :d]
         cand_scores = np.take_along_axis(scores, part, axis=1)
@@ -70,11 +159,7 @@ def top_k(scores: NDArray[np.floating], depth: int) -> Ranking:
     order = np.lexsort((part, -cand_scores), axis=1)
     doc_idx = np.take_along_axis(part, order, axis=1).astype(np.int64)
     top_scores = np.take_along_axis(cand_scores, order, axis=1).astype(np.float32)
-    if d < depth:
-        pad = depth - d
-        doc_idx = np.concatenate([doc_idx, np.full((n_q, pad), -1, np.int64)], axis=1)
-        top_scores = np.concatenate([top_scores, np.full((n_q, pad), -np.inf, np.float32)], axis=1)
-    return Ranking(doc_idx, top_scores)
+    return padded(doc_idx, top_scores, depth)
 
 
 @runtime_checkable

@@ -131,10 +131,10 @@ def resolve_stopwords(stopwords: str | Sequence[str] | None) -> tuple[str | None
     if stopwords is None or stopwords is False:
         return None, frozenset()
     if isinstance(stopwords, str):
-        from bm25s.tokenization import _infer_stopwords
+        from bm25s.tokenization import Tokenizer
 
-        try:
-            words = _infer_stopwords(stopwords)
+        try:  # bm25s's public tokenizer resolves a list name ("en", "german"...) to its words
+            words = Tokenizer(stopwords=stopwords, stemmer=None).stopwords
         except ValueError as err:
             raise ValueError(f"unknown stop word list {stopwords!r}: {err}") from None
         return stopwords, frozenset(words)

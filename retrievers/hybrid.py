@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from retrievers.base import Ranking, Retriever
+from retrievers.base import Ranking, Retriever, rows_to_ranking
 
 log = logging.getLogger(__name__)
 
@@ -85,22 +85,13 @@ def fuse(
         docs.append(ranking.doc_idx[r, c])
         vals.append(contrib[r, c])
     rows_a, docs_a, vals_a = np.concatenate(rows), np.concatenate(docs), np.concatenate(vals)
-    doc_idx = np.full((n_q, depth), -1, np.int64)
-    scores = np.full((n_q, depth), -np.inf, np.float32)
     if len(rows_a) == 0 or depth == 0:
-        return Ranking(doc_idx, scores)
+        return Ranking.empty(n_q, depth)
     n_docs = int(docs_a.max()) + 1
     pair, inverse = np.unique(rows_a * n_docs + docs_a, return_inverse=True)
     fused = np.bincount(inverse, weights=vals_a, minlength=len(pair)).astype(np.float32)
     q, d = pair // n_docs, pair % n_docs
-    order = np.lexsort((d, -fused, q))
-    q, d, fused = q[order], d[order], fused[order]
-    starts = np.searchsorted(q, np.arange(n_q))
-    pos = np.arange(len(q)) - starts[q]
-    keep = pos < depth
-    doc_idx[q[keep], pos[keep]] = d[keep]
-    scores[q[keep], pos[keep]] = fused[keep]
-    return Ranking(doc_idx, scores)
+    return rows_to_ranking(q, d, fused, n_q, depth, tie=d)
 
 
 class HybridRetriever:

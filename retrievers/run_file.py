@@ -2,12 +2,14 @@
 
 The run (``qid Q0 docid rank score tag``, read and validated by ``pipeline.formats.read_run``)
 is mapped onto the collection: ``index`` records the corpus's document ids, ``search``
-returns, for each requested query, its documents ordered by score descending, then
+returns, for each requested query, its documents ordered by score descending, then by the
+tie rule ``tie_break`` (the names are ``pipeline.formats``'s, shared with the scorer):
 
-- ``tie_break: doc_index`` (default): document index in the corpus ascending — the
-  project's rule for its own retrievers;
-- ``tie_break: docid_desc``: document id descending (string order), which is what
-  trec_eval does, so metrics then equal trec_eval's exactly.
+- ``doc_index`` (default): document index in the corpus ascending — the project's rule for
+  its own retrievers;
+- ``docid_desc``: document id descending (string order), which is what trec_eval does, so
+  metrics then equal trec_eval's exactly;
+- ``file_order``: the run file's line order.
 
 The rank column is ignored (trec_eval ignores it too). Ordering uses the file's scores at
 full (float64) precision; the Ranking stores them as float32. Nothing is dropped silently:
@@ -27,12 +29,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.formats import RunFile, read_run
-from retrievers.base import Ranking
+from pipeline.formats import TIE_BREAKS, RunFile, read_run, tie_break_rule
+from retrievers.base import Ranking, rows_to_ranking
 
 log = logging.getLogger(__name__)
 
-TIE_BREAKS = ("doc_index", "docid_desc")
+__all__ = ["TIE_BREAKS", "RunFileRetriever", "file_sha256"]
 
 
 def file_sha256(path: Path) -> str:
@@ -48,16 +50,15 @@ class RunFileRetriever:
 
     Args:
         path: the run file (``.gz`` accepted).
-        tie_break: ``doc_index`` (default) or ``docid_desc`` (trec_eval's order).
+        tie_break: ``doc_index`` (default), ``docid_desc`` (trec_eval's order) or
+            ``file_order`` (see ``pipeline.formats``).
     """
 
     prefix_stable = True
 
     def __init__(self, path: str | Path, tie_break: str = "doc_index"):
-        if tie_break not in TIE_BREAKS:
-            raise ValueError(f"unknown tie_break {tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
+        self.tie_break = tie_break_rule(tie_break)
         self.path = Path(path).expanduser()
-        self.tie_break = tie_break
         self._doc_index: pd.Index | None = None
         self._run: RunFile | None = None
         self.report: dict[str, int] = {}
@@ -104,20 +105,15 @@ class RunFileRetriever:
             log.info("run %s: %d queries are not among the collection's queries; ignored", self.path, n_other_queries)
 
         keep = asked & (d >= 0)
-        q, d, scores = q[keep], d[keep], run.scores[keep]
+        q, d = q[keep], d[keep]
         if self.tie_break == "docid_desc":
             codes, _ = pd.factorize(run.doc_ids[keep], sort=True)  # code order = id string order
-            order = np.lexsort((-codes, -scores, q))
+            tie = -codes
+        elif self.tie_break == "doc_index":
+            tie = d
         else:
-            order = np.lexsort((d, -scores, q))
-        q, d, scores = q[order], d[order], scores[order]
-        starts = np.searchsorted(q, np.arange(n_q))
-        pos = np.arange(len(q)) - starts[q]
-        fill = pos < depth
-        doc_idx = np.full((n_q, depth), -1, np.int64)
-        out_scores = np.full((n_q, depth), -np.inf, np.float32)
-        doc_idx[q[fill], pos[fill]] = d[fill]
-        out_scores[q[fill], pos[fill]] = scores[fill]
+            tie = None  # file_order: the rows' own order
+        ranking = rows_to_ranking(q, d, run.scores[keep], n_q, depth, tie)
         n_empty = n_q - len(np.unique(q))
         if n_empty:
             log.info("run %s: %d of %d queries have no results in it", self.path, n_empty, n_q)
@@ -126,4 +122,4 @@ class RunFileRetriever:
             "run_other_queries": n_other_queries,
             "run_queries_without_results": n_empty,
         }
-        return Ranking(doc_idx, out_scores)
+        return ranking

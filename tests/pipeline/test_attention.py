@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline import attention
-from pipeline.errors import InputError
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 CURVES = {
@@ -113,7 +112,7 @@ def test_u_shape_bounds(k, floor, extra_start, extra_end, power, center):
     ],
 )
 def test_u_shape_rejects_bad_parameters(params):
-    with pytest.raises(InputError):
+    with pytest.raises(ValueError, match="attention u_shape: "):
         attention.u_shape(5, **params)
 
 
@@ -121,6 +120,20 @@ def test_u_shape_rejects_bad_parameters(params):
 def test_curves_reject_k_below_one(name):
     with pytest.raises(ValueError):
         CURVES[name](0)
+
+
+def test_one_check_of_k_for_curves_and_placements():
+    from pipeline import placement
+
+    assert attention.check_k(np.int64(3)) == 3 and type(attention.check_k(np.int64(3))) is int
+    for bad in (0, -1, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="K \\(the number of context slots\\) must be an integer >= 1"):
+            attention.check_k(bad)
+    assert attention.check_k(0, empty_ok=True) == 0  # placements: the empty context
+    with pytest.raises(ValueError, match="must be an integer >= 0, got -1"):
+        placement.none(-1)
+    with pytest.raises(ValueError, match="must be an integer >= 1, got 0"):
+        attention.log(0)
 
 
 @pytest.mark.parametrize("name", sorted(CURVES))

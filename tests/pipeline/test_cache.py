@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +16,12 @@ import pytest
 from pipeline.cache import (
     digest,
     load_or_compute_array,
-    load_or_compute_ranking,
+    load_or_compute_ranking_arrays,
     save_array,
     texts_digest,
 )
 from pipeline.data import load_beir
-from retrievers.base import Ranking
+from retrievers.base import Ranking, load_or_compute_ranking
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
 
@@ -265,3 +267,40 @@ def test_deeper_ranking_serves_shallower_requests(tmp_path):
         load_or_compute_ranking(tmp_path, key, compute(1))
     with pytest.raises(ValueError, match="depth 4"):
         load_or_compute_ranking(tmp_path, {**key, "retriever": {"r": 2}, "depth": 3}, compute(4))
+
+
+def test_ranking_arrays_round_trip_without_rankings(tmp_path):
+    """The cache stores plain arrays: int64 indices and float32 scores, sliced for reuse."""
+    key = {"collection": "c", "retriever": {"r": 1}, "depth": 3}
+    doc_idx = np.array([[2, 0, -1]], np.int32)
+    scores = np.array([[1.5, 0.5, -np.inf]], np.float64)
+    (got_idx, got_scores), hit = load_or_compute_ranking_arrays(tmp_path, key, lambda: (doc_idx, scores))
+    assert not hit and got_idx is doc_idx and got_scores is scores  # a miss returns what was computed
+    (got_idx, got_scores), hit = load_or_compute_ranking_arrays(tmp_path, key, lambda: pytest.fail("recomputed"))
+    assert hit and got_idx.dtype == np.int64 and got_scores.dtype == np.float32
+    assert got_idx.tolist() == [[2, 0, -1]] and got_scores.tolist() == [[1.5, 0.5, -np.inf]]
+    (head, _), hit = load_or_compute_ranking_arrays(
+        tmp_path, {**key, "depth": 2}, lambda: pytest.fail("recomputed"), reuse_deeper=True
+    )
+    assert hit and head.tolist() == [[2, 0]]
+    with pytest.raises(ValueError, match="one shape"):
+        load_or_compute_ranking_arrays(tmp_path, {**key, "depth": 1}, lambda: (doc_idx[:, :1], scores))
+
+
+def test_damaged_ranking_entry_is_recomputed(tmp_path, caplog):
+    key = {"collection": "c", "retriever": {"r": 1}, "depth": 2}
+    ranking = Ranking(np.array([[1, 0]], np.int64), np.array([[2.0, 1.0]], np.float32))
+    load_or_compute_ranking(tmp_path, key, lambda: ranking)
+    for scores_file in (tmp_path / "rankings").glob("*.scores.npy"):
+        np.save(scores_file, np.zeros((1, 3), np.float32))  # a shape the indices do not have
+    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+        again, hit = load_or_compute_ranking(tmp_path, key, lambda: ranking)
+    assert not hit and again is ranking and "unreadable" in caplog.text
+
+
+def test_cache_imports_no_retrievers():
+    """pipeline.cache is an input/output module: importing it loads no retriever code."""
+    code = "import sys, pipeline.cache; print(sorted(m for m in sys.modules if m.split('.')[0] == 'retrievers'))"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -543,6 +543,57 @@ def test_trec_qrels_errors_name_the_line(tmp_path):
     assert (err.path, err.line) == (str(paths["qrels"]), 2) and "expected 4 columns" in err.problem
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_byte_order_marks_are_dropped_from_every_file(tmp_path, gz):
+    """A UTF-8 BOM (Windows editors write one) changes no id, text, judgment or digest."""
+    plain = load_trec(**write_trec(tmp_path / "plain"))
+    paths = write_trec(tmp_path / "bom", gz=gz)
+    for path in paths.values():
+        data = path.read_bytes()
+        if gz:
+            path.write_bytes(gzip.compress(BOM + gzip.decompress(data)))
+        else:
+            path.write_bytes(BOM + data)
+    c = load_trec(**paths)
+    assert c.query_ids == plain.query_ids and c.doc_ids == plain.doc_ids and c.doc_texts == plain.doc_texts
+    assert judgments(c) == judgments(plain) and c.digest == plain.digest
+
+
+def test_byte_order_mark_on_tsv_topics_and_irregular_qrels(tmp_path):
+    """The line-by-line readers: TSV topics (no header) and qrels the fast reader refuses."""
+    (tmp_path / "topics.tsv").write_bytes(BOM + b"q1\toil\n")
+    (tmp_path / "qrels.txt").write_bytes(BOM + b"q1  0 d1 1\n")  # two blanks: line by line
+    (tmp_path / "docs.tsv").write_bytes(BOM + b"d1\tchain oil\n")
+    c = load_trec(tmp_path / "qrels.txt", tmp_path / "topics.tsv", tmp_path / "docs.tsv")
+    assert c.query_ids == ["q1"] and c.doc_ids == ["d1"] and judgments(c) == {("q1", "d1", 1)}
+
+
+def test_byte_order_mark_on_beir_jsonl_and_qrels(tmp_path):
+    base = load_beir(write_beir(tmp_path / "a"))
+    folder = write_beir(tmp_path / "b")
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        (folder / name).write_bytes(BOM + (folder / name).read_bytes())
+    assert load_beir(folder, name="a").digest == base.digest
+
+
+def test_invalid_utf8_in_qrels_names_the_line(tmp_path):
+    folder = write_beir(tmp_path / "f")
+    (folder / "qrels" / "test.tsv").write_bytes(b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq3\td\xe93\t2\n")
+    err = raises_input_error(load_beir, folder)
+    assert (err.path, err.line) == (str(folder / "qrels" / "test.tsv"), 3) and "not valid UTF-8" in err.problem
+
+
+def test_truncated_gzip_queries_name_the_file(tmp_path):
+    paths = write_trec(tmp_path, gz=True)
+    data = paths["queries"].read_bytes()
+    paths["queries"].write_bytes(data[:-8])  # the gzip trailer is gone
+    err = raises_input_error(load_trec, **paths)
+    assert err.path == str(paths["queries"]) and "cannot read queries file" in err.problem
+
+
 # --------------------------------------------------------------------------- ir_datasets
 
 
@@ -585,6 +636,17 @@ def test_ir_datasets_duplicate_document(irds_id, tmp_path):
         fh.write("d1\tagain\n")
     err = raises_input_error(load_ir_datasets, irds_id)
     assert err.path == f"ir_datasets:{irds_id}/docs" and err.line == 5 and "first on line 1" in err.problem
+
+
+def test_ir_datasets_judgments_follow_the_qrels_file_rule(irds_id, tmp_path):
+    with open(tmp_path / "irds" / "qrels.txt", "a") as fh:
+        fh.write("q3 0 d3 2\n")  # identical repeat: dropped and counted, as from a file
+    assert load_ir_datasets(irds_id).report["duplicate_judgments"] == 1
+    with open(tmp_path / "irds" / "qrels.txt", "a") as fh:
+        fh.write("q1 0 d1 1\n")  # judgment 5 disagrees with judgment 2
+    err = raises_input_error(load_ir_datasets, irds_id)
+    assert (err.path, err.line) == (f"ir_datasets:{irds_id}/qrels", 5)
+    assert err.problem == "query 'q1' judges document 'd1' twice with different grades (3 at judgment 2, 1 here)"
 
 
 # --------------------------------------------------------------------------- sample

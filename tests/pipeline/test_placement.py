@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pipeline import attention, placement
-from pipeline.errors import InputError
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -177,7 +176,7 @@ def test_attention_optimal_ties_and_monotone_curves():
     # A decreasing curve: the identity; an increasing one: the reverse.
     assert placement.attention_optimal(6, attention.log(6)).tolist() == list(range(6))
     assert placement.attention_optimal(6, attention.log(6)[::-1]).tolist() == list(range(5, -1, -1))
-    with pytest.raises(InputError):
+    with pytest.raises(ValueError, match="needs the weights of an attention curve"):
         placement.attention_optimal(3)
     with pytest.raises(ValueError):
         placement.attention_optimal(3, np.ones(4))
@@ -298,7 +297,7 @@ def test_context_utility_exp_gain_several_queries():
     got3 = placement.context_utility(grades, ideal, 3, placement.none, attention.log, gain="exp")
     assert got3.shape == (3, 3)
     assert got3[0, 2] == pytest.approx((7 / l3) / (7 + 1 / l3), abs=1e-15)
-    with pytest.raises(InputError):
+    with pytest.raises(ValueError, match="gain must be 'exp' or 'linear'"):
         placement.context_utility(grades, ideal, 2, placement.none, attention.log, gain="cubic")
 
 

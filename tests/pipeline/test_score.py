@@ -202,3 +202,30 @@ def test_unsorted_run_is_ranked_by_score(tmp_path):
     ev = score_files(str(qrels), str(run), k_max=2).evaluation
     assert ev.at_k["precision"][:, 0].tolist() == [1.0, 0.0]  # q1: d3 first; q2: d2 first
     assert ev.full["mrr"].tolist() == [1.0, 0.5]
+
+
+def test_tie_break_names_and_the_old_alias(tmp_path, capsys):
+    qrels = write(tmp_path / "qrels.txt", "q1 0 d1 1\n")
+    run = write(tmp_path / "run.txt", "q1 Q0 d1 1 1.0 t\nq1 Q0 d2 2 1.0 t\n")  # tied: d1 first in the file
+    means = {}
+    for rule in ("file_order", "score", "docid_desc"):
+        assert main([str(qrels), str(run), "--k", "1", "--json", "--tie-break", rule]) == 0
+        means[rule] = json.loads(capsys.readouterr().out)["precision_at_1"]
+    assert means == {"file_order": 1.0, "score": 1.0, "docid_desc": 0.0}  # docid_desc: d2 before d1
+    assert score_files(str(qrels), str(run), k_max=1).evaluation.means([1])["precision_at_1"] == 1.0
+    with pytest.raises(SystemExit) as info:
+        main([str(qrels), str(run), "--tie-break", "doc_index"])
+    assert info.value.code == 2 and "needs a corpus" in capsys.readouterr().err
+
+
+def test_value_error_from_computing_code_is_one_line_with_status_2(tmp_path, capsys, monkeypatch):
+    import pipeline.score as score_mod
+
+    def bad_evaluate(*args, **kwargs):
+        raise ValueError("k_max must be >= 1, got 0")
+
+    monkeypatch.setattr(score_mod, "evaluate", bad_evaluate)
+    qrels = write(tmp_path / "qrels.txt", QRELS)
+    run = write(tmp_path / "run.txt", RUN)
+    assert main([str(qrels), str(run)]) == 2
+    assert capsys.readouterr().err.strip() == "error: k_max must be >= 1, got 0"

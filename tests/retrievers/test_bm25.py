@@ -232,3 +232,16 @@ def test_empty_corpus_and_no_queries():
     assert r.doc_idx.tolist() == [[-1, -1]]
     ours.index(["a"], ["word"])
     assert ours.search([], [], 5).doc_idx.shape == (0, 5)
+
+
+def test_named_stop_word_lists_are_bm25s_lists():
+    from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_GERMAN
+
+    from retrievers.bm25 import resolve_stopwords
+
+    assert resolve_stopwords("en") == ("en", frozenset(STOPWORDS_EN))
+    assert resolve_stopwords("english") == ("english", frozenset(STOPWORDS_EN))
+    assert resolve_stopwords("de") == ("de", frozenset(STOPWORDS_GERMAN))
+    assert resolve_stopwords(None) == (None, frozenset())
+    with pytest.raises(ValueError, match="unknown stop word list 'klingon'"):
+        resolve_stopwords("klingon")

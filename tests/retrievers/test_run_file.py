@@ -119,3 +119,12 @@ def test_bad_run_files_raise_input_errors(tmp_path):
         r.search(["q1"], [""], 3)
     with pytest.raises(ValueError, match="tie_break"):
         RunFileRetriever("x", tie_break="random")
+
+
+def test_file_order_and_the_shared_tie_rule_names(run_path):
+    r = RunFileRetriever(run_path, tie_break="file_order")
+    r.index(DOCS, [""] * 5)
+    assert r.search(["q1"], [""], 3).doc_idx.tolist() == [[2, 0, 1]]  # d3 before d1: the file's order
+    alias = RunFileRetriever(run_path, tie_break="score")  # the scorer's earlier name for file_order
+    assert alias.tie_break == "file_order" and alias.cache_key()["tie_break"] == "file_order"
+    assert RunFileRetriever(run_path).cache_key()["tie_break"] == "doc_index"  # the default is unchanged
