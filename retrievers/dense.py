@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.cache import digest, load_or_compute_array, texts_digest
-from retrievers.base import Ranking, top_k
+from retrievers.base import Ranking, padded, top_k
 
 log = logging.getLogger(__name__)
 
@@ -276,18 +276,8 @@ class DenseRetriever:
         k = min(n_d, depth + _FAISS_MARGIN)
         if self.index_type == "hnsw":
             self._faiss_index.hnsw.efSearch = max(self.hnsw_ef_search, k)
-        scores, idx = self._faiss_index.search(queries, k)
-        idx = idx.astype(np.int64)
-        scores = np.where(idx >= 0, scores, -np.inf).astype(np.float32)
-        order = np.lexsort((np.where(idx >= 0, idx, np.iinfo(np.int64).max), -scores), axis=1)[:, :depth]
-        idx = np.take_along_axis(idx, order, axis=1)
-        scores = np.take_along_axis(scores, order, axis=1)
-        if idx.shape[1] < depth:
-            pad = depth - idx.shape[1]
-            idx = np.concatenate([idx, np.full((idx.shape[0], pad), -1, np.int64)], axis=1)
-            scores = np.concatenate([scores, np.full((idx.shape[0], pad), -np.inf, np.float32)], axis=1)
-        scores[idx < 0] = -np.inf
-        return Ranking(np.ascontiguousarray(idx), np.ascontiguousarray(scores))
+        _, idx = self._faiss_index.search(queries, k)
+        return rescored(queries, self.doc_embeddings, idx.astype(np.int64), depth)
 
 
 def exact_search(queries: NDArray[np.float32], docs: NDArray[np.float32], depth: int) -> Ranking:
@@ -296,5 +286,23 @@ def exact_search(queries: NDArray[np.float32], docs: NDArray[np.float32], depth:
     if n_q == 0 or n_d == 0:
         return top_k(np.zeros((n_q, 0), np.float32), depth)
     chunk = max(1, _MAX_DENSE_CELLS // n_d)
-    parts = [top_k(queries[s : s + chunk] @ docs.T, depth) for s in range(0, n_q, chunk)]
-    return Ranking(np.concatenate([p.doc_idx for p in parts]), np.concatenate([p.scores for p in parts]))
+    wide = min(n_d, depth + _FAISS_MARGIN)
+    parts = [top_k(queries[s : s + chunk] @ docs.T, wide) for s in range(0, n_q, chunk)]
+    return rescored(queries, docs, np.concatenate([p.doc_idx for p in parts]), depth)
+
+
+def rescored(queries: NDArray[np.float32], docs: NDArray[np.float32], candidates: NDArray[np.int64],
+             depth: int) -> Ranking:
+    """The top ``depth`` of each query's candidates (-1 = none), scored one dot product per
+    pair: score descending, then document index ascending.
+
+    A matrix product (BLAS, faiss) may give identical documents scores that differ in the
+    last bit depending on their position; rescoring the few candidates pair by pair makes
+    equal documents tie exactly, so exact search and faiss agree and ties go by index."""
+    found = np.where(candidates >= 0, candidates, 0)
+    scores = np.einsum("qd,qkd->qk", queries, docs[found], dtype=np.float32)
+    scores = np.where(candidates >= 0, scores, -np.inf).astype(np.float32)
+    order = np.lexsort((np.where(candidates >= 0, candidates, np.iinfo(np.int64).max), -scores), axis=1)[:, :depth]
+    ranking = padded(np.take_along_axis(candidates, order, axis=1), np.take_along_axis(scores, order, axis=1), depth)
+    ranking.scores[ranking.doc_idx < 0] = -np.inf
+    return Ranking(np.ascontiguousarray(ranking.doc_idx), np.ascontiguousarray(ranking.scores))
