@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline.run import run_job
-from pipeline.tracking import Tracker
+from pipeline import tracking
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -19,5 +19,5 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
-        Tracker.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
+        tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
     main()

@@ -8,7 +8,6 @@ Checks that span keys (``k_max >= k``, an objective that exists) run at the star
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -18,10 +17,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
-from pipeline.metrics import FAMILIES
-
-#: Families a run can report at a cut-off: the definition card plus context utility.
-RUN_FAMILIES = (*FAMILIES, "context_utility")
+from pipeline import metrics
 
 
 class Gain(Enum):
@@ -42,12 +38,25 @@ class TrackingConfig:
 
 
 @dataclass
+class PathsConfig:
+    """Everything a run writes, derived from one ``root`` (conf/paths/default.yaml)."""
+
+    root: str = "outputs"
+    runs: str = "outputs/runs"
+    multirun: str = "outputs/multirun"
+    cache: str = "outputs/cache"
+    store: str = "outputs/mlflow.db"
+    artifacts: str = "outputs/mlartifacts"
+
+
+@dataclass
 class PipelineConfig:
     dataset: Any = None
     retriever: Any = None
     reorder: Any = None
     attention: Any = None
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
     k: int = 10  # the cut-off the run is about (context size)
     k_max: int = 20  # every metric is computed for K = 1..k_max (curves)
     gain: Gain = Gain.exp  # nDCG / DCG / context utility gain: 2^rel - 1 or rel
@@ -58,9 +67,6 @@ class PipelineConfig:
 
 
 ConfigStore.instance().store(name="base_config", node=PipelineConfig)
-
-_OBJECTIVE = re.compile(r"^(?P<family>[a-z_]+)_at_(?P<k>\d+)$")
-
 
 def check(cfg: DictConfig) -> None:
     """Cross-key checks, before any work: raises InputError with a clear message."""
@@ -78,14 +84,11 @@ def check(cfg: DictConfig) -> None:
 
 def objective_k(objective: str, k_max: int) -> int | None:
     """The cut-off of an objective key (None for ``mrr``/``map``); InputError if unknown."""
-    if objective in ("mrr", "map"):
-        return None
-    match = _OBJECTIVE.match(objective)
-    if not match or match["family"] not in RUN_FAMILIES:
-        choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
-        raise InputError(f"objective {objective!r} is not a metric: use mrr, map or one of {choices}")
-    k = int(match["k"])
-    if not 1 <= k <= k_max:
+    try:
+        _, k = metrics.parse_key(objective)
+    except ValueError as err:
+        raise InputError(f"objective {err}") from None
+    if k is not None and not 1 <= k <= k_max:
         raise InputError(f"objective {objective!r} needs K={k} within 1..k_max={k_max}")
     return k
 

@@ -23,21 +23,95 @@ Sources: trec_eval 9.0.8 (``P``, ``recall``, ``map_cut``, ``ndcg_cut``, ``recip_
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Literal
+from typing import Any, Iterable, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 Gain = Literal["exp", "linear"]
 
-#: Metric families computed at every K, in the order of the per-query table.
-FAMILIES = ("precision", "recall", "hit_rate", "mrr", "map", "cg", "dcg", "ndcg")
-#: Families bounded by [0, 1] (cg and dcg are not).
-BOUNDED = ("precision", "recall", "hit_rate", "mrr", "map", "ndcg")
+@dataclass(frozen=True)
+class Family:
+    """One metric family: the single source of its name, label, bounds and definition.
+
+    ``stage`` says what a family is computed on: ``ranking`` (``evaluate``, the retriever's
+    order) or ``placed`` (the context order, added by the caller, e.g. context utility).
+    ``full_depth`` names the family's value at the ranking's full depth, when it has one
+    (``mrr``, ``map``). ``definition`` is the row of the definition card; ``{gain}`` in it is
+    replaced by the gain in use.
+    """
+
+    name: str
+    label: str  # for figures: "nDCG@K"
+    bounded: bool  # within [0, 1]
+    curve: bool  # logged as the stepped metric curve/<name> (step = K)
+    definition: str
+    source: str
+    stage: Literal["ranking", "placed"] = "ranking"
+    full_depth: str | None = None
+
+
+#: Every metric family, in the order of the per-query table. Adding a metric is one row here
+#: and its computation (in ``evaluate`` for ``ranking`` families).
+TABLE: tuple[Family, ...] = (
+    Family("precision", "precision@K", True, True,
+           "(# relevant in top K) / K; K is the denominator even if fewer were retrieved", "trec_eval `P`"),
+    Family("recall", "recall@K", True, True, "(# relevant in top K) / R", "trec_eval `recall`"),
+    Family("hit_rate", "hit rate@K", True, False, "1 if any relevant document is in the top K, else 0",
+           "success@K"),
+    Family("mrr", "MRR@K", True, True,
+           "1 / rank of the first relevant document within K, else 0; `mrr` = the same at full depth",
+           "trec_eval `recip_rank`", full_depth="mrr"),
+    Family("map", "MAP@K", True, True,
+           "sum over relevant ranks i <= K of precision_at_i, divided by R (trec_eval `map_cut`); "
+           "`map` = at full depth", "trec_eval `map_cut`, `map`", full_depth="map"),
+    Family("cg", "CG@K", False, False, "sum of rel_i for i <= K", "Järvelin & Kekäläinen 2002"),
+    Family("dcg", "DCG@K", False, False, "sum of gain(rel_i) / log2(i + 1), gain = {gain}",
+           "Järvelin & Kekäläinen 2002; Burges et al. 2005 (exponential gain)"),
+    Family("ndcg", "nDCG@K", True, True,
+           "dcg_at_K / idcg_at_K; idcg = the DCG of all judged grades of the query sorted descending, "
+           "cut at K; 0 when idcg is 0", "trec_eval `ndcg_cut`; ranx `ndcg_burges` (exp gain)"),
+    Family("context_utility", "context utility@K", True, True,
+           "sum of gain(rel at slot i) * w(i) over the placed top K, divided by the same sum for the best "
+           "judged documents in the best slots (w = the attention curve stretched over K slots); 1 = the "
+           "strongest evidence sits where the model looks", "this project (pipeline/placement.py)",
+           stage="placed"),
+)
+
+FAMILY: dict[str, Family] = {f.name: f for f in TABLE}
+#: Families computed by ``evaluate`` at every K, in the order of the per-query table.
+FAMILIES = tuple(f.name for f in TABLE if f.stage == "ranking")
+#: Every family a run reports at a cut-off (the ranking's and the placed context's).
+RUN_FAMILIES = tuple(f.name for f in TABLE)
+#: Families of ``evaluate`` bounded by [0, 1] (cg and dcg are not).
+BOUNDED = tuple(f.name for f in TABLE if f.bounded and f.stage == "ranking")
+#: The K-sweep curves a run logs as ``curve/<family>`` (step = K).
+CURVES = tuple(f.name for f in TABLE if f.curve)
+#: Values at the ranking's full depth: ``mrr``, ``map``.
+FULL_DEPTH = tuple(f.full_depth for f in TABLE if f.full_depth)
+#: Cut-offs reported besides a run's own k (those <= k_max), so runs with different k compare.
+STANDARD_KS = (1, 3, 5, 10, 20, 50, 100)
+LABELS = {f.name: f.label for f in TABLE}
+
+_METRIC_KEY = re.compile(r"^(?P<family>[a-z_]+)_at_(?P<k>[0-9]+)$")
+
+
+def parse_key(key: str) -> tuple[str, int | None]:
+    """``"ndcg_at_10"`` -> ("ndcg", 10); ``"mrr"``/``"map"`` -> (name, None). ValueError otherwise."""
+    if key in FULL_DEPTH:
+        return key, None
+    match = _METRIC_KEY.match(key)
+    if not match or match["family"] not in FAMILY:
+        choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
+        raise ValueError(f"{key!r} is not a metric: use {', '.join(FULL_DEPTH)} or one of {choices}")
+    return match["family"], int(match["k"])
+
+
+def report_ks(k: int, k_max: int, extra: Iterable[int | None] = ()) -> list[int]:
+    """The cut-offs a run reports: its k, the standard ones up to k_max, and any extra."""
+    return sorted({k, *(c for c in STANDARD_KS if c <= k_max), *(e for e in extra if e is not None)})
 
 
 @dataclass(frozen=True)
@@ -228,16 +302,14 @@ class Evaluation:
         out["n_queries_no_relevant"] = self.n_queries_no_relevant
         return out
 
-    def per_query(self, query_ids: Iterable[str]) -> "pd.DataFrame":
-        """One row per query: every family at every K, ``mrr``, ``map``, R and whether it counts."""
-        import pandas as pd  # only here: the scorer's hot path never builds the table
-
-        names = [f"{family}_at_{k}" for family in self.families() for k in range(1, self.k_max + 1)]
-        block = np.concatenate([self.values(f) for f in self.families()], axis=1)
-        table = pd.DataFrame(block, columns=names)
-        for name, values in self.full.items():
-            table[name] = values
-        table.insert(0, "query_id", list(query_ids))
+    def per_query(self, query_ids: Iterable[str]) -> dict[str, Any]:
+        """The per-query table as columns (``pandas.DataFrame(ev.per_query(ids))`` makes it a
+        frame): ``query_id``, every family at every K, ``mrr``, ``map``, R and whether it counts."""
+        table: dict[str, Any] = {"query_id": list(query_ids)}
+        for family in self.families():
+            values = self.values(family)
+            table.update((f"{family}_at_{k}", values[:, k - 1]) for k in range(1, self.k_max + 1))
+        table.update(self.full)
         table["n_relevant"] = self.n_relevant
         table["evaluated"] = self.evaluated
         return table
@@ -257,15 +329,8 @@ def evaluate(
     -1 where nothing was retrieved. ``k_max`` may exceed ``depth``: the missing ranks are
     empty (precision keeps K as its denominator, like trec_eval's ``P``).
 
-    - precision_at_K = (# relevant in top K) / K
-    - recall_at_K    = (# relevant in top K) / R
-    - hit_rate_at_K  = 1 if any relevant document is in the top K
-    - mrr_at_K       = 1 / rank of the first relevant document if it is <= K, else 0
-    - map_at_K       = sum over relevant ranks i <= K of precision_at_i, / R  (trec_eval map_cut)
-    - cg_at_K        = sum of grades of the top K
-    - dcg_at_K       = sum of gain(rel_i) / log2(i + 1)
-    - ndcg_at_K      = dcg_at_K / idcg_at_K (idcg over all judged grades sorted desc, cut at K), 0 if idcg = 0
-    - mrr, map       = the same at full depth (``depth`` of the ranking)
+    Definitions: :data:`TABLE` (the definition card); ``mrr`` and ``map`` are also given at
+    full depth (the ranking's ``depth``).
 
     ``grades`` may pass ``grade_matrix(doc_idx, qrels)`` when the caller has it already.
     """
@@ -317,8 +382,9 @@ def evaluate(
 
 
 def definition_card(gain: Gain, relevance_level: int, tie_rule: str) -> str:
-    """The metric definitions a run used, as Markdown (logged with every run)."""
+    """The metric definitions a run used, as Markdown (logged with every run), from :data:`TABLE`."""
     gain_text = "2^rel - 1 (`gain: exp`)" if gain == "exp" else "rel (`gain: linear`, as trec_eval)"
+    rows = "\n".join(f"| `{f.name}_at_K` | {f.definition.format(gain=gain_text)} |" for f in TABLE)
     return f"""# Metric definitions used by this run
 
 Grades are the integers of the qrels; unjudged documents have grade 0; negative grades
@@ -328,15 +394,7 @@ rel_i is the grade at rank i (1-based); R is the number of relevant judged docum
 
 | key | definition |
 |---|---|
-| `precision_at_K` | (# relevant in top K) / K; K is the denominator even if fewer were retrieved |
-| `recall_at_K` | (# relevant in top K) / R |
-| `hit_rate_at_K` | 1 if any relevant document is in the top K, else 0 |
-| `mrr_at_K` | 1 / rank of the first relevant document within K, else 0; `mrr` = at full depth |
-| `map_at_K` | sum over relevant ranks i <= K of precision_at_i, divided by R (trec_eval `map_cut`); `map` = at full depth |
-| `cg_at_K` | sum of rel_i for i <= K |
-| `dcg_at_K` | sum of gain(rel_i) / log2(i + 1), gain = {gain_text} |
-| `ndcg_at_K` | dcg_at_K / idcg_at_K; idcg = DCG of all judged grades sorted descending, cut at K; 0 when idcg is 0 |
-| `context_utility_at_K` | sum gain(rel at slot i) * w(i) over the placed top K, divided by the same sum for the best judged documents in the best slots (w = the attention curve over K slots) |
+{rows}
 
 - Retrieval metrics are computed on the retriever's order; `context_utility_at_K` on the
   placed order.

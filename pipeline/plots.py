@@ -17,15 +17,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
-# Display names for the curve keys of the MLflow contract (curve/<key>).
-CURVE_LABELS = {
-    "precision": "precision@K",
-    "recall": "recall@K",
-    "ndcg": "nDCG@K",
-    "map": "MAP@K",
-    "mrr": "MRR@K",
-    "context_utility": "context utility@K",
-}
+from pipeline.metrics import CURVES, LABELS, STANDARD_KS
+
+#: Display names for the curve keys of the MLflow contract (curve/<key>), from the metric table.
+CURVE_LABELS = {name: LABELS[name] for name in CURVES}
 
 
 def _ks(values: NDArray) -> NDArray[np.int64]:
@@ -98,7 +93,7 @@ def pr_curve_figure(
         raise ValueError(f"pr_curve_figure: precision {precision.shape} and recall {recall.shape} differ")
     k_max = len(precision)
     if label_ks is None:
-        label_ks = sorted({K for K in (1, 3, 5, 10, 20, 50, 100) if K <= k_max} | {k_max})
+        label_ks = sorted({K for K in STANDARD_KS if K <= k_max} | {k_max})
     fig = Figure(figsize=(6, 5))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.92)
     ax = fig.subplots()
@@ -128,51 +123,75 @@ def sweep_summary_figure(
     metric_keys: Sequence[str],
     name_column: str = "run_name",
     title: str = "Sweep summary",
+    ci: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    tied: Sequence[str] = (),
 ) -> Figure:
-    """Compare the jobs of a sweep: headline metrics per job, nDCG and recall vs K per job.
+    """Compare the jobs of a sweep: headline metrics per job, nDCG and recall vs K.
 
     Left: horizontal bars of each metric in ``metric_keys`` (columns of ``table``, one row
-    per job, named by ``name_column`` or, if absent, the index). Middle and right: nDCG@K and
-    recall@K per job from ``curves[run_name]["ndcg"]`` and ``["recall"]`` (jobs without that
-    curve are skipped).
+    per job, named by ``name_column`` or, if absent, the index), with the 95% CI as error
+    bars where ``ci[key] = (low, high)`` gives it (in table order); jobs named in ``tied``
+    (statistically tied with the best) are marked "≈ best". Middle and right: nDCG@K and
+    recall@K, one line per entry of ``curves`` that names a job or a group of jobs with
+    identical rankings (the caller groups them: identical rankings have identical curves).
+    Legends sit outside the data; the y-range fits the values.
     """
     if not metric_keys:
         raise ValueError("sweep_summary_figure: metric_keys is empty")
     names = [str(n) for n in (table[name_column] if name_column in table.columns else table.index)]
     n_jobs = len(names)
-    fig = Figure(figsize=(16, max(4.5, 0.35 * n_jobs * len(metric_keys) + 2)), layout="constrained")
-    bar_ax, ndcg_ax, recall_ax = fig.subplots(1, 3)
+    lines = [name for name in curves if name in names] + [name for name in curves if name not in names]
+    fig = Figure(figsize=(15, max(4.8, 0.3 * n_jobs * max(1, len(metric_keys)) ** 0.5 + 2.5)), layout="constrained")
+    bar_ax, ndcg_ax, recall_ax = fig.subplots(1, 3, width_ratios=[1.3, 1, 1])
 
     positions = np.arange(n_jobs)
     height = 0.8 / len(metric_keys)
+    low_all, high_all = [], []
     for j, key in enumerate(metric_keys):
         values = table[key].to_numpy(dtype=np.float64)
-        bars = bar_ax.barh(
-            positions + (j - (len(metric_keys) - 1) / 2) * height, values, height=height, label=key
-        )
+        y = positions + (j - (len(metric_keys) - 1) / 2) * height
+        bars = bar_ax.barh(y, values, height=height, label=key)
+        low_all.append(values)
+        high_all.append(values)
+        if ci and key in ci:
+            low, high = (np.asarray(v, dtype=np.float64) for v in ci[key])
+            bar_ax.errorbar(values, y, xerr=[values - low, high - values], fmt="none", ecolor="0.2",
+                            capsize=2, linewidth=0.8)
+            low_all.append(low)
+            high_all.append(high)
         bar_ax.bar_label(bars, fmt="%.3f", fontsize="x-small", padding=2)
-    bar_ax.set_yticks(positions, labels=names, fontsize="small")
+    labels = [f"{name}  ≈ best" if name in tied else name for name in names]
+    bar_ax.set_yticks(positions, labels=labels, fontsize="small" if n_jobs <= 20 else "x-small")
     bar_ax.invert_yaxis()  # first job on top, like the table
-    bar_ax.set_xlabel("mean over queries")
+    bar_ax.set_xlabel("mean over queries (bars: 95% CI)" if ci else "mean over queries")
     bar_ax.set_title("Headline metrics per job")
     bar_ax.grid(True, axis="x", alpha=0.3)
-    bar_ax.margins(x=0.15)  # room for the value labels
-    bar_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=min(len(metric_keys), 3), fontsize="small")
+    lo = float(np.nanmin(np.concatenate(low_all))) if n_jobs else 0.0
+    hi = float(np.nanmax(np.concatenate(high_all))) if n_jobs else 1.0
+    span = max(hi - lo, 0.05)
+    bar_ax.set_xlim(max(0.0, lo - 0.35 * span), hi + 0.3 * span)  # room for the value labels
+    bar_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=min(len(metric_keys), 3), fontsize="small")
 
     for ax, key in ((ndcg_ax, "ndcg"), (recall_ax, "recall")):
-        k_max = 1
-        for name in names:
+        k_max, ys = 1, []
+        for name in lines:
             values = curves.get(name, {}).get(key)
             if values is None:
                 continue
             values = np.asarray(values, dtype=np.float64)
             k_max = max(k_max, len(values))
+            ys.append(values)
             ax.plot(_ks(values), values, marker="o", markersize=3, label=name)
         _k_axis(ax, k_max)
+        if ys:
+            top = float(max(v.max() for v in ys))
+            ax.set_ylim(-0.02, min(1.02, top + 0.08))
         ax.set_ylabel(CURVE_LABELS[key])
-        ax.set_title(f"{CURVE_LABELS[key]} per job")
-        if ax.lines:
-            ax.legend(loc="best", fontsize="x-small")
+        ax.set_title(f"{CURVE_LABELS[key]} per job" + (" group" if len(lines) < n_jobs else ""))
+    if ndcg_ax.lines:  # one legend for both curve panels, below them, outside the data
+        handles, legend_labels = ndcg_ax.get_legend_handles_labels()
+        fig.legend(handles, legend_labels, loc="outside lower right", ncols=1 if len(lines) <= 4 else 2,
+                   fontsize="x-small")
     fig.suptitle(title)
     return fig
 
@@ -188,3 +207,130 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
     for name, figure in figures.items():
         figure.savefig(folder / name, dpi=110)
     return [folder / name for name in figures]
+
+
+# --------------------------------------------------------------------------- comparisons
+# Figures of ``python -m pipeline.compare``: sized to stay readable in MLflow's artifact
+# preview (about 900 px wide), legends below the axes, never over the data.
+
+
+def metric_label(key: str) -> str:
+    """``ndcg_at_10`` -> ``nDCG@10``; ``mrr`` -> ``MRR``; ``map`` -> ``MAP`` (from the metric table)."""
+    from pipeline.metrics import LABELS as labels, parse_key
+
+    family, k = parse_key(key)
+    if k is None:
+        return key.upper()
+    return labels[family].replace("@K", f"@{k}")
+
+
+def _short(name: str, width: int = 56) -> str:
+    """``name`` cut in the middle to ``width`` characters: the end of a system's name (its
+    overrides) tells it from its neighbours."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) * 2 // 5
+    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+
+def forest_figure(comparisons: Mapping[str, Sequence[Mapping]], baseline: str, title: str) -> Figure:
+    """Differences to the baseline with their CIs: one panel per metric, one row per system.
+
+    ``comparisons[metric]`` is a list of dicts with ``system``, ``diff``, ``diff_ci_low``,
+    ``diff_ci_high`` and ``significant`` (``stats.BaselineComparison`` as a dict). Filled
+    markers: significant after the report's correction; hollow: not. A dashed line marks 0
+    (no difference)."""
+    metrics = list(comparisons)
+    if not metrics:
+        raise ValueError("forest_figure: no metrics")
+    systems = list(dict.fromkeys(row["system"] for rows in comparisons.values() for row in rows))
+    n = max(len(systems), 1)
+    fig = Figure(figsize=(min(3.6 * len(metrics) + 3.2, 16), 1.6 + 0.42 * n), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(metrics), sharey=True))
+    y = {name: i for i, name in enumerate(systems)}
+    for ax, metric in zip(axes, metrics):
+        for row in comparisons[metric]:
+            pos = y[row["system"]]
+            color = "C3" if row["significant"] else "C0"
+            ax.plot([row["diff_ci_low"], row["diff_ci_high"]], [pos, pos], color=color, linewidth=2)
+            ax.plot(row["diff"], pos, "o", color=color, markersize=7,
+                    markerfacecolor=color if row["significant"] else "white")
+        ax.axvline(0.0, color="0.3", linestyle="--", linewidth=1)
+        ax.set_title(metric_label(metric))
+        ax.set_xlabel("difference to the baseline")
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.margins(x=0.08)
+    axes[0].set_yticks(range(len(systems)), labels=[_short(s) for s in systems], fontsize="small")
+    axes[0].set_ylim(len(systems) - 0.5, -0.5)  # first system on top, like the table
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="C3", marker="o", linewidth=2, label="significant"),
+               Line2D([], [], color="C0", marker="o", markerfacecolor="white", linewidth=2, label="not significant")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize="small")
+    fig.suptitle(f"{title}\nbaseline: {_short(baseline, 60)}", fontsize="medium")
+    return fig
+
+
+def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: str, title: str) -> Figure:
+    """Per-query differences to the baseline, sorted: one panel per metric.
+
+    ``diffs[metric][system]`` holds system - baseline per query. With one system the
+    differences are bars (green: better, red: worse); with several, one sorted line each.
+    Wins/ties/losses read off where the curve crosses 0."""
+    metrics = list(diffs)
+    if not metrics:
+        raise ValueError("per_query_diff_figure: no metrics")
+    fig = Figure(figsize=(min(4.6 * len(metrics), 16), 4.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(metrics), sharey=False))
+    for ax, metric in zip(axes, metrics):
+        for j, (system, values) in enumerate(diffs[metric].items()):
+            d = np.sort(np.asarray(values, dtype=np.float64))[::-1]
+            x = np.arange(1, len(d) + 1)
+            if len(diffs[metric]) == 1:
+                ax.bar(x, d, width=1.0, color=np.where(d > 0, "C2", np.where(d < 0, "C3", "0.6")),
+                       label=_short(system))
+            else:
+                ax.plot(x, d, marker="o", markersize=2, linewidth=1.2, color=f"C{j % 10}", label=_short(system))
+        ax.axhline(0.0, color="0.3", linewidth=1)
+        ax.set_title(metric_label(metric))
+        ax.set_xlabel("queries, sorted by difference")
+        ax.set_ylabel("system - baseline")
+        ax.grid(True, alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
+    fig.suptitle(f"{title}\nbaseline: {_short(baseline, 60)}", fontsize="medium")
+    return fig
+
+
+def main_effects_figure(effects: Mapping[str, Mapping[str, Sequence[Mapping]]], title: str) -> Figure:
+    """The metric by value of each swept factor, with CIs: rows = factors, columns = metrics.
+
+    ``effects[metric][factor]`` is a list of levels, each a dict with ``value``, ``mean``,
+    ``ci_low``, ``ci_high`` and ``n_systems`` (the jobs averaged at that value)."""
+    metrics = list(effects)
+    factors = list(dict.fromkeys(f for by_factor in effects.values() for f in by_factor))
+    if not metrics or not factors:
+        raise ValueError("main_effects_figure: no factors")
+    fig = Figure(figsize=(min(4.2 * len(metrics) + 0.6, 16), min(3.1 * len(factors) + 1.0, 20)),
+                 layout="constrained")
+    axes = np.asarray(fig.subplots(len(factors), len(metrics), squeeze=False))
+    for i, factor in enumerate(factors):
+        for j, metric in enumerate(metrics):
+            ax = axes[i, j]
+            levels = effects[metric].get(factor, [])
+            x = np.arange(len(levels))
+            means = np.array([lv["mean"] for lv in levels], dtype=np.float64)
+            low = means - np.array([lv["ci_low"] for lv in levels], dtype=np.float64)
+            high = np.array([lv["ci_high"] for lv in levels], dtype=np.float64) - means
+            ax.errorbar(x, means, yerr=[low, high], marker="o", capsize=4, linewidth=1.5)
+            ax.set_xticks(x, labels=[_short(str(lv["value"]), 14) for lv in levels], fontsize="small")
+            ax.margins(x=0.15)
+            ax.grid(True, alpha=0.3)
+            ax.set_xlabel(factor)
+            if j == 0:
+                ax.set_ylabel("mean over queries")
+            if i == 0:
+                ax.set_title(metric_label(metric))
+    fig.suptitle(f"{title}\nmean over queries of the jobs at each value, 95% bootstrap CI", fontsize="medium")
+    return fig

@@ -10,6 +10,7 @@ tracking, and a tracking failure names that folder and exits non-zero.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -27,21 +28,20 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from pipeline import cache, config, tracking
+from pipeline import config, tracking
+from pipeline import results as res
 from pipeline.data import Collection
 from pipeline.errors import InputError
 from pipeline.formats import write_run
-from pipeline.metrics import Evaluation, definition_card, evaluate, grade_matrix, ideal_matrix
+from pipeline.metrics import (CURVES, Evaluation, definition_card, evaluate, grade_matrix, ideal_matrix, parse_key,
+                              report_ks)
 from pipeline.placement import context_utility, place
-from retrievers.base import Ranking
+from retrievers.base import Ranking, load_or_compute_ranking
 
 log = logging.getLogger(__name__)
 
-#: Cut-offs logged besides the configured k (those <= k_max), so runs with different k compare.
-STANDARD_KS = (1, 3, 5, 10, 20, 50, 100)
-#: The K-sweep curves logged as stepped metrics ``curve/<family>`` (step = K).
-CURVES = ("precision", "recall", "ndcg", "map", "mrr", "context_utility")
-SWEEP_FILE = "mlflow_sweep.json"
+__all__ = ["CURVES", "run", "run_job", "load", "retrieve", "score", "headline", "write_results"]
+FAILED_FILE = res.FAILED
 TIE_RULE = "score descending, then document index ascending (the retrievers' order)"
 
 
@@ -58,9 +58,11 @@ class JobContext:
     choices: dict[str, str] = field(default_factory=dict)
     sweep_dir: Path | None = None
     in_process_sweep: bool = False  # a multirun whose jobs run one after another in this process
+    job_num: int | None = None  # the job's number in its sweep
+    searched: list[str] = field(default_factory=list)  # keys a sweeper samples (Optuna's params)
 
 
-def job_context() -> JobContext:
+def job_context(runs_dir: str | Path = "outputs/runs") -> JobContext:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -69,9 +71,14 @@ def job_context() -> JobContext:
         choices = {k: str(v) for k, v in hc.runtime.choices.items() if v is not None and "/" not in k}
         sweep = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
         in_process = sweep is not None and str(hc.launcher.get("_target_", "")).endswith("BasicLauncher")
-        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep, in_process)
+        num = hc.job.get("num") if sweep is not None else None
+        searched = []
+        if sweep is not None and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
+            searched = [str(key) for key in (hc.sweeper.get("params") or {})]
+        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep, in_process,
+                          None if num is None else int(num), searched)
     stamp = time.strftime("%Y-%m-%d/%H-%M-%S") + f"-{uuid.uuid4().hex[:6]}"
-    return JobContext(Path("outputs/runs") / stamp)
+    return JobContext(Path(runs_dir) / stamp)
 
 
 @contextmanager
@@ -114,14 +121,14 @@ def _file_stamps(spec: Any) -> tuple:
 
 def retrieve(cfg: DictConfig, collection: Collection, depth: int) -> tuple[Ranking, bool]:
     """The retriever's Ranking at ``depth``, from the on-disk cache when it has one."""
-    retriever = instantiate(cfg.retriever)
+    retriever = _computing(lambda: instantiate(cfg.retriever))
     key = {"collection": collection.digest, "retriever": retriever.cache_key(), "depth": depth}
 
     def compute() -> Ranking:
         retriever.index(collection.doc_ids, collection.doc_texts)
         return retriever.search(collection.query_ids, collection.query_texts, depth)
 
-    return cache.load_or_compute_ranking(
+    return load_or_compute_ranking(
         Path(cfg.cache_dir), key, compute, reuse_deeper=getattr(retriever, "prefix_stable", False)
     )
 
@@ -139,11 +146,7 @@ def score(cfg: DictConfig, collection: Collection, ranking: Ranking, strategy: A
 
 def headline(ev: Evaluation, k: int, k_max: int, objective: str) -> dict[str, float]:
     """Every family at k and at the standard cut-offs, mrr, map, the objective and counts."""
-    ks = sorted({k, *(c for c in STANDARD_KS if c <= k_max)})
-    obj_k = config.objective_k(objective, k_max)
-    if obj_k is not None:
-        ks = sorted({*ks, obj_k})
-    return ev.means(ks)
+    return ev.means(report_ks(k, k_max, [config.objective_k(objective, k_max)]))
 
 
 def _git_commit() -> str | None:
@@ -168,10 +171,10 @@ def write_results(
     title: str,
     with_plots: bool = True,
 ) -> Path:
-    """Everything the run produced, on disk under ``out/results`` (what tracking uploads).
-
-    ``with_plots=False`` leaves the figures to the tracking process (see ``run``)."""
-    results = out / "results"
+    """Everything the run produced, on disk under ``out/results`` (``pipeline.results``), each
+    file written atomically. ``with_plots=False`` leaves the figures to the tracking process
+    (see ``run``). The record is written by the caller, last."""
+    results = res.results_dir(out)
     results.mkdir(parents=True, exist_ok=True)
     curves = {family: ev.curve(family) for family in CURVES}
     payload = {
@@ -180,16 +183,17 @@ def write_results(
         "collection": {"name": collection.name, "digest": collection.digest, "source": collection.source,
                        "n_docs": collection.n_docs, "n_queries": collection.n_queries, "report": collection.report},
     }
-    (results / "metrics.json").write_text(json.dumps(payload, indent=1))
+    res.write_json(results / "metrics.json", payload)
     _write_csv(per_query, results / "per_query.csv")
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)
-    with open(results / "context.tsv", "w", encoding="utf-8") as fh:  # the placed order fed to the generator
+    with res.atomic_open(results / "context.tsv") as fh:  # the placed order fed to the generator
         fh.write("query_id\tslot\tdoc_id\n")
         docs = np.asarray(collection.doc_ids, dtype=object)
         for q, row in zip(collection.query_ids, placed):
             fh.writelines(f"{q}\t{slot}\t{docs[d]}\n" for slot, d in enumerate(row, start=1) if d >= 0)
-    (results / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    (results / "definition_card.md").write_text(definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE))  # type: ignore[arg-type]
+    res.write_text(results / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    res.write_text(results / "definition_card.md",
+                   definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE))  # type: ignore[arg-type]
     if with_plots:
         from pipeline.plots import save_run_figures
 
@@ -198,36 +202,39 @@ def write_results(
 
 
 def _write_csv(table: Any, path: Path) -> None:
-    """CSV through pyarrow's writer: pandas formats 50k floats one by one (~0.2 s a job)."""
+    """Columns as CSV through pyarrow's writer: pandas formats 50k floats one by one (~0.2 s a job)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
-    pa_csv.write_csv(pa.Table.from_pandas(table, preserve_index=False), path)
+    with res.atomic_open(path, "wb") as fh:
+        pa_csv.write_csv(pa.table(table), fh)
 
 
-def _per_query_view(ev: Evaluation, table: Any, k: int) -> Any:
+def _per_query_columns(ev: Evaluation, k: int) -> list[str]:
     """The per-query table at k (the UI's table view; the full table is an artifact)."""
-    cols = ["query_id", *[f"{family}_at_{k}" for family in ev.families()], "mrr", "map", "n_relevant", "evaluated"]
-    return table[cols]
+    return ["query_id", *[f"{family}_at_{k}" for family in ev.families()], "mrr", "map", "n_relevant", "evaluated"]
 
 
-def _sweep_info(ctx: JobContext) -> dict[str, str]:
+def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
+    """The job's sweep, as its record names it (the logger finds the parent run from it)."""
     if ctx.sweep_dir is None:
-        return {}
-    path = ctx.sweep_dir / SWEEP_FILE
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"sweep_id": ctx.sweep_dir.name}
+        return None
+    info = tracking.read_sweep_file(ctx.sweep_dir)
+    sweep = {"sweep_id": info.get("sweep_id", ctx.sweep_dir.name), "dir": str(ctx.sweep_dir.resolve())}
+    if info.get("experiment"):
+        sweep["experiment"] = info["experiment"]
+    return sweep
 
 
 def run(cfg: DictConfig) -> float:
     """Run one experiment and return its objective (``cfg.objective``)."""
     config.check(cfg)
-    ctx = job_context()
+    ctx = job_context(cfg.paths.runs)
     timings: dict[str, float] = {}
     started_at, start = time.time(), time.perf_counter()
+    settings = tracking.StoreSettings.of(cfg.tracking) if cfg.tracking.enabled else None
     # The tracking process imports mlflow and opens the store while this one computes.
-    tracker = tracking.Tracker.shared(cfg.tracking) if cfg.tracking.enabled else None
+    tracker = tracking.tracker(settings) if settings is not None else None
 
     with _timed(timings, "load"):
         collection = load(cfg)
@@ -235,16 +242,17 @@ def run(cfg: DictConfig) -> float:
     with _timed(timings, "retrieve"):
         ranking, cache_hit = retrieve(cfg, collection, depth)
     with _timed(timings, "place"):
-        curve, strategy = instantiate(cfg.attention), instantiate(cfg.reorder)
-        placed = place(ranking.doc_idx, cfg.k, strategy, curve(cfg.k))
+        curve, strategy = _computing(lambda: (instantiate(cfg.attention), instantiate(cfg.reorder)))
+        placed = _computing(lambda: place(ranking.doc_idx, cfg.k, strategy, curve(cfg.k)))
     with _timed(timings, "score"):
-        ev = score(cfg, collection, ranking, strategy, curve)
+        ev = _computing(lambda: score(cfg, collection, ranking, strategy, curve))
         metrics = headline(ev, cfg.k, cfg.k_max, cfg.objective)
-        per_query = ev.per_query(collection.query_ids)
+        metrics.update(objective_ci(ev, cfg.objective, int(cfg.seed)))
+        per_query = ev.per_query(collection.query_ids)  # columns: written by pyarrow, no pandas
 
     names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1]
              for g in ("retriever", "reorder", "attention")}
-    run_name = cfg.tracking.run_name or f"{names['retriever']}-{names['reorder']}-k{cfg.k}"
+    run_name = cfg.tracking.run_name or _run_name(names, cfg.k, ctx)
     # In a sequential sweep, drawing the figures and logging go to the tracking process and
     # the next job starts at once; the sweep's end waits for them (pipeline.sweep).
     deferred = tracker is not None and ctx.in_process_sweep
@@ -252,33 +260,84 @@ def run(cfg: DictConfig) -> float:
         results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics, run_name,
                                 with_plots=not deferred)
     objective = float(metrics[cfg.objective])
+    timings["time_total_s"] = time.perf_counter() - start
+    experiment = cfg.tracking.experiment or collection.name
+    res.write_record(results, {  # last: from here on the folder is complete and can be logged
+        "format": res.RECORD_FORMAT,
+        "job_key": uuid.uuid4().hex,
+        "experiment": experiment,
+        "run_name": run_name,
+        "params": config.flatten(config.resolved(cfg)),
+        "metrics": {**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
+        "curves": {f"curve/{family}": ev.curve(family).tolist() for family in CURVES},
+        "tags": _tags(ctx, names, cache_hit, _sweep_info(ctx)),
+        "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
+        "table_columns": _per_query_columns(ev, cfg.k) if cfg.tracking.log_per_query_table else None,
+        "start_time_ms": int(started_at * 1000),
+        "k": int(cfg.k),
+        "objective": str(cfg.objective),
+        "ranking_digest": hashlib.sha256(np.ascontiguousarray(ranking.doc_idx).tobytes()).hexdigest()[:16],
+        "sweep": _sweep_info(ctx),
+        "tracking": None if settings is None else settings.as_dict(),
+    })
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)
 
-    if tracker is not None:
-        timings["time_total_s"] = time.perf_counter() - start
-        sweep = _sweep_info(ctx)
-        record = tracking.RunRecord(
-            experiment=cfg.tracking.experiment or collection.name,
-            run_name=run_name,
-            params=config.flatten(config.resolved(cfg)),
-            metrics={**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
-            curves={f"curve/{family}": ev.curve(family) for family in CURVES},
-            tags=_tags(ctx, names, cache_hit, sweep),
-            artifacts_dir=results,
-            dataset={"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
-            table=_per_query_view(ev, per_query, cfg.k) if cfg.tracking.log_per_query_table else None,
-            start_time_ms=int(started_at * 1000),
-        )
+    if tracker is not None and settings is not None:
         if deferred:
-            tracker.submit("pipeline.tracking:log_run_deferred", cfg.tracking, record, results / "plots",
-                           cfg.k, ctx.output_dir / FAILED_FILE)
-            print(f"MLflow run queued ({run_name}) in experiment {record.experiment!r} at {cfg.tracking.uri}")
+            try:
+                tracker.log(results, settings, wait=False, note_failure=True)
+            except tracking.TrackingError as err:  # the sweep's end (or pipeline.sync) logs it
+                log.warning("%s; the sweep's end will log %s", err, results)
+            print(f"MLflow run queued ({run_name}) in experiment {experiment!r} at {settings.uri}")
         else:
-            _track(cfg, tracker, record, sweep, results)
+            _track(tracker, settings, results, run_name, experiment)
     return objective
 
 
-def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[str, str]) -> dict[str, str]:
+def _run_name(names: dict[str, str], k: int, ctx: JobContext) -> str:
+    """``<retriever>-<reorder>-k<k>``; an Optuna trial adds the values it sampled, so its
+    trials differ by name (``bm25-none-k10 k1=1.53 b=0.612``)."""
+    name = f"{names['retriever']}-{names['reorder']}-k{k}"
+    sampled = dict(o.split("=", 1) for o in ctx.overrides if "=" in o and o.split("=", 1)[0] in ctx.searched)
+    if sampled:
+        name += " " + " ".join(f"{key.rsplit('.', 1)[-1]}={_short(value)}" for key, value in sampled.items())
+    return name
+
+
+def _short(value: str) -> str:
+    try:
+        return f"{float(value):.4g}"
+    except ValueError:
+        return value
+
+
+#: Bootstrap resamples of a job's objective CI (BCa, seeded by ``seed``).
+CI_RESAMPLES = 10_000
+
+
+def objective_ci(ev: Evaluation, objective: str, seed: int) -> dict[str, float]:
+    """``<objective>_ci_low`` and ``_ci_high``: the 95% BCa bootstrap interval of the
+    objective's mean over the evaluated queries (``pipeline.stats``)."""
+    from pipeline import stats
+
+    family, k = parse_key(objective)
+    values = ev.full[family] if k is None else ev.values(family)[:, k - 1]
+    values = values[ev.evaluated]
+    if len(values) < 2:
+        return {}
+    low, high = stats.bootstrap_ci(values[None, :], method="BCa", n_resamples=CI_RESAMPLES, seed=seed)
+    return {f"{objective}_ci_low": float(low[0]), f"{objective}_ci_high": float(high[0])}
+
+
+def _computing(fn: Any) -> Any:
+    """Computing modules raise ValueError on bad values; for the user it is bad input."""
+    try:
+        return fn()
+    except ValueError as err:
+        raise InputError(str(err)) from err
+
+
+def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[str, str] | None) -> dict[str, str]:
     tags = {
         tracking.TAG_OVERRIDES: " ".join(ctx.overrides),
         "ranking_cache": "hit" if cache_hit else "miss",
@@ -286,28 +345,31 @@ def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[s
     }
     if sweep:
         tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
+    if ctx.job_num is not None:
+        tags["job_num"] = str(ctx.job_num)
+    if ctx.searched:
+        tags["optuna_trial"] = str(ctx.job_num)
     if commit := _git_commit():
         tags[tracking.TAG_GIT] = commit
         tags["mlflow.source.git.commit"] = commit
     return tags
 
 
-def _track(cfg: DictConfig, tracker: tracking.Tracker, record: tracking.RunRecord, sweep: dict[str, str],
-           results: Path) -> str:
-    """Log the run (nested under the sweep's parent when in one); TrackingFailed names the results."""
-    parent = sweep.get("parent_run_id") if sweep.get("experiment") in (None, record.experiment) else None
+def _track(tracker: tracking.Tracker, settings: tracking.StoreSettings, results: Path, run_name: str,
+           experiment: str) -> str:
+    """Log the job's folder and wait; TrackingFailed names the results."""
     t0 = time.perf_counter()
     try:
-        run_id = tracker.log_run(record, parent_run_id=parent)
-        tracker.log_metric(run_id, "time_track_s", time.perf_counter() - t0)
+        run_id = tracker.log(results, settings, wait=True)
     except tracking.TrackingError as err:
         raise TrackingFailed(
             f"error: {err}\nThe results are safe on disk in {results.resolve()} "
-            "(metrics.json, per_query.csv, run.trec, plots/)."
+            "(metrics.json, per_query.csv, run.trec, plots/); `python -m pipeline.sync "
+            f"{results.parent}` logs them once the store is back."
         ) from err
     log.info("track: %.2f s", time.perf_counter() - t0)
-    print(f"MLflow run {run_id} ({record.run_name}) in experiment {record.experiment!r} at {cfg.tracking.uri}")
-    return run_id
+    print(f"MLflow run {run_id} ({run_name}) in experiment {experiment!r} at {settings.uri}")
+    return str(run_id)
 
 
 def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metrics: dict[str, float],
@@ -323,9 +385,6 @@ def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metri
     lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys]
     lines.append(f"results: {results}")
     print("\n".join(lines))
-
-
-FAILED_FILE = "FAILED"
 
 
 def _user_error(exc: BaseException) -> tuple[str, int] | None:
@@ -354,11 +413,10 @@ def run_job(cfg: DictConfig) -> float:
         if found is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         message, code = found
-        ctx = job_context()
+        ctx = job_context(OmegaConf.select(cfg, "paths.runs", default="outputs/runs"))
         if ctx.sweep_dir is None:
             print(message, file=sys.stderr)
             sys.exit(code)
         print(f"job {ctx.output_dir.name} ({' '.join(ctx.overrides)}): {message}", file=sys.stderr)
-        ctx.output_dir.mkdir(parents=True, exist_ok=True)
-        (ctx.output_dir / FAILED_FILE).write_text(f"{' '.join(ctx.overrides)}\n{message}\n")
+        res.write_failed(ctx.output_dir, " ".join(ctx.overrides), message)
         return float("nan")

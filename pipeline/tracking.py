@@ -1,10 +1,20 @@
 """MLflow tracking: the only module that imports mlflow.
 
-One MLflow run per Hydra job: params (the flattened resolved config), metrics and K-sweep
-curves in batches, artifacts (plots, per-query table, TREC run, resolved config, definition
-card), the collection as the run's dataset input, and tags (Hydra overrides, git commit,
-sweep id). A Hydra multirun is one sweep: a parent run created before any job starts, the
-jobs nested under it, and a summary logged to it when the sweep ends (``pipeline.sweep``).
+One MLflow run per job, logged from the job's results folder (``pipeline.results``): params
+(the flattened resolved config), metrics and K-sweep curves in one batch, artifacts (the
+folder), the collection as the run's dataset input, tags. A Hydra multirun is one sweep: a
+parent run, the jobs nested under it, and a summary logged to it when the sweep ends
+(``pipeline.summary``).
+
+Logging is idempotent. The record's ``job_key`` is a tag of the run: logging a folder that
+is already in the store finds its run (and writes the ``mlflow_run.json`` marker) instead of
+making a second one; a run left half-logged by a killed process is deleted and logged again.
+
+MLflow work runs in a tracking process, ``python -m pipeline.sync --stdin`` (:class:`Tracker`):
+it imports mlflow and opens the store while the job computes, then logs the folders it is
+sent, one JSON line each way per request. Nothing but folder paths and settings cross the
+pipe: what is logged is on disk, so a killed tracking process loses nothing that
+``python -m pipeline.sync`` cannot finish.
 
 Every failure of the store or server surfaces as :class:`TrackingError`; the caller has
 already written the results to disk and says where they are.
@@ -15,18 +25,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
-from types import SimpleNamespace
+from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
+
+from pipeline import results as res
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,21 +50,43 @@ TAG_OVERRIDES = "hydra_overrides"
 TAG_GIT = "git_commit"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_SWEEP_PARENT = "sweep_parent"
+TAG_JOB_KEY = res.TAG_JOB_KEY
 
 
 class TrackingError(RuntimeError):
     """The tracking store or server failed; the results are on disk nonetheless."""
 
 
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where and how to log: the ``tracking`` config's store keys (what a record carries)."""
+
+    uri: str
+    artifact_root: str | None = None
+    http_retries: int = 2
+    http_timeout_s: int = 20
+
+    @classmethod
+    def of(cls, cfg: Any) -> "StoreSettings":
+        """From a tracking config (DictConfig, dataclass) or a record's ``tracking`` dict."""
+        get = cfg.get if isinstance(cfg, Mapping) or hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
+        root = get("artifact_root", None)
+        return cls(uri=str(get("uri")), artifact_root=None if root is None else str(root),
+                   http_retries=int(get("http_retries", 2)), http_timeout_s=int(get("http_timeout_s", 20)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class RunRecord:
-    """Everything one job logs."""
+    """Everything one job logs (read from its record; see ``pipeline.results``)."""
 
     experiment: str
     run_name: str
     params: dict[str, str]
     metrics: dict[str, float]
-    curves: dict[str, np.ndarray]  # name -> values for K = 1..k_max (logged with step = K)
+    curves: dict[str, Any]  # name -> values for K = 1..k_max (logged with step = K)
     tags: dict[str, str]
     artifacts_dir: Path  # every file below is logged, keeping the layout
     dataset: dict[str, str]  # name, digest, source
@@ -61,12 +94,12 @@ class RunRecord:
     start_time_ms: int | None = None  # when the job started (the UI's duration)
 
 
-def _configure_http(tracking_cfg: Any) -> None:
+def _configure_http(settings: Any) -> None:
     # Fail fast against a dead server instead of MLflow's default ~2 minutes of retries.
     # The config wins over the environment: it is what the run logs as its params.
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(tracking_cfg.http_retries)
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.http_retries)
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(tracking_cfg.http_timeout_s)
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(settings.http_timeout_s)
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -85,34 +118,93 @@ def _errors(what: str) -> Iterator[None]:
         raise TrackingError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-_CLIENTS: dict[str, Any] = {}
+def client(settings: Any):
+    """An MlflowClient on the configured store (a new sqlite store is created safely first)."""
+    _configure_http(settings)
+    try:
+        return _client(str(settings.uri))
+    except TrackingError:
+        raise
+    except Exception as exc:
+        raise TrackingError(f"cannot open the MLflow store {settings.uri}: {type(exc).__name__}: {exc}") from exc
 
 
-def client(tracking_cfg: Any):
-    """The process's MlflowClient on the configured store (a sqlite store's folder is made)."""
-    if tracking_cfg.uri in _CLIENTS:
-        return _CLIENTS[tracking_cfg.uri]
-    _configure_http(tracking_cfg)
+@lru_cache(maxsize=4)
+def _client(uri: str):
     import mlflow  # noqa: F401  (heavy: imported only when tracking)
     from mlflow import MlflowClient
 
-    db = _sqlite_path(tracking_cfg.uri)
+    db = _sqlite_path(uri)
     if db is not None:
+        _create_sqlite_store(db)
+    return MlflowClient(tracking_uri=uri)
+
+
+#: How long a process waits for another one that is creating the same sqlite store.
+STORE_LOCK_TIMEOUT_S = 120
+
+
+def _create_sqlite_store(db: Path) -> None:
+    """Make sure a usable sqlite store is at ``db``, creating it if missing: serialized across
+    processes by a lock file beside it (``<db>.lock``, the filelock package) and atomic (the
+    tables are made in a temporary file renamed into place), so two processes never migrate
+    one file at once and a crash or a full disk never leaves a half-made store."""
+    if db.is_dir():
+        raise TrackingError(f"{db} is a folder, not an MLflow sqlite store: remove it or point "
+                            "tracking.uri (or paths.store) at a file")
+    if db.exists():
+        return
+    from filelock import FileLock, Timeout
+
+    try:
         db.parent.mkdir(parents=True, exist_ok=True)
-    _CLIENTS[tracking_cfg.uri] = MlflowClient(tracking_uri=tracking_cfg.uri)
-    return _CLIENTS[tracking_cfg.uri]
+    except OSError as exc:
+        raise TrackingError(f"cannot create the folder of the MLflow store {db}: {exc}") from None
+    lock = FileLock(str(db) + ".lock")
+    try:
+        with lock.acquire(timeout=STORE_LOCK_TIMEOUT_S):
+            if db.exists():  # another process made it while this one waited
+                return
+            fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".creating", dir=db.parent)
+            os.close(fd)
+            os.unlink(tmp)  # sqlite makes the file itself
+            try:
+                from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+                store = SqlAlchemyStore(f"sqlite:///{tmp}", str(db.parent / "mlartifacts"))
+                store.engine.dispose()
+                os.replace(tmp, db)
+            except BaseException as exc:
+                for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+                    try:
+                        os.unlink(leftover)
+                    except OSError:
+                        pass
+                if isinstance(exc, Exception):
+                    raise TrackingError(f"cannot create the MLflow store {db}: {type(exc).__name__}: {exc}") from None
+                raise
+    except Timeout:
+        raise TrackingError(f"another process has held {lock.lock_file} for {STORE_LOCK_TIMEOUT_S} s while "
+                            f"creating {db}; if none is running, delete the lock file") from None
 
 
-def ensure_store(tracking_cfg: Any) -> None:
+def warm() -> None:
+    """Import what logging needs (~4 s): the tracking process does it while the job computes."""
+    import mlflow.entities  # noqa: F401  (~2 s)
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
+    import pyarrow.csv  # noqa: F401
+
+
+def ensure_store(settings: Any) -> None:
     """Create (migrate) the tracking store now, once, before parallel jobs start.
 
     Two jobs creating a new sqlite store at once lose runs ("table ... already exists").
     """
-    with _errors(f"cannot open the MLflow store {tracking_cfg.uri}"):
-        client(tracking_cfg).search_experiments(max_results=1)
+    with _errors(f"cannot open the MLflow store {settings.uri}"):
+        client(settings).search_experiments(max_results=1)
 
 
-def experiment_id(mlflow_client: Any, name: str, tracking_cfg: Any) -> str:
+def experiment_id(mlflow_client: Any, name: str, settings: Any) -> str:
     """The experiment's id, created (with artifacts under ``artifact_root``) if missing.
 
     Parallel jobs may race to create it: the loser reads the winner's.
@@ -121,8 +213,8 @@ def experiment_id(mlflow_client: Any, name: str, tracking_cfg: Any) -> str:
     if found is not None:
         return found.experiment_id
     location = None
-    if tracking_cfg.artifact_root and _sqlite_path(tracking_cfg.uri) is not None:
-        location = (Path(tracking_cfg.artifact_root).resolve() / name.replace("/", "_")).as_uri()
+    if settings.artifact_root and _sqlite_path(settings.uri) is not None:
+        location = (Path(settings.artifact_root).resolve() / name.replace("/", "_")).as_uri()
     try:
         return mlflow_client.create_experiment(name, artifact_location=location)
     except Exception:
@@ -148,16 +240,23 @@ def _retrying(fn, attempts: int = 5):
             time.sleep(0.1 * 2**attempt)
 
 
-def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = None) -> str:
-    """Log one job as one MLflow run; returns its run id. Raises TrackingError."""
-    with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
-        mlflow_client = client(tracking_cfg)
+def log_run(
+    settings: Any,
+    record: RunRecord,
+    parent_run_id: str | None = None,
+    before_finish: Callable[[Any, str], None] | None = None,
+) -> str:
+    """Log one job as one MLflow run; returns its run id. Raises TrackingError.
+
+    ``before_finish(client, run_id)`` runs after everything else is logged and before the run
+    is marked FINISHED: a FINISHED run is a complete one."""
+    with _errors(f"MLflow tracking at {settings.uri} failed"):
+        mlflow_client = client(settings)
         from mlflow.entities import DatasetInput, InputTag, Metric, Param
         from mlflow.entities import Dataset as DatasetEntity
 
-        exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, tracking_cfg))
+        exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, settings))
         tags = dict(record.tags)
-        parent_run_id = parent_run_id or sweep_parent(tags.get(TAG_SWEEP), record.experiment)
         if parent_run_id:
             tags[TAG_PARENT] = parent_run_id
         run = _retrying(
@@ -185,6 +284,8 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
             if record.table is not None:
                 mlflow_client.log_table(run_id, data=record.table, artifact_file="per_query_table.json")
             mlflow_client.log_artifacts(run_id, str(record.artifacts_dir))
+            if before_finish is not None:
+                before_finish(mlflow_client, run_id)
         except Exception:
             try:  # keep the original error: marking the run may fail for the same reason
                 mlflow_client.set_terminated(run_id, status="FAILED")
@@ -195,309 +296,422 @@ def log_run(tracking_cfg: Any, record: RunRecord, parent_run_id: str | None = No
         return run_id
 
 
-def log_run_deferred(
-    tracking_cfg: Any, record: RunRecord, plots_dir: Path, k: int, failed_note: Path
-) -> str | None:
-    """For a job that did not wait: draw its figures into its results, log the run (nested
-    under its sweep's parent) with ``time_track_s``, and on failure leave a FAILED note in
-    the job's folder for the sweep to report. Runs in the tracking process."""
+# --------------------------------------------------------------------------- from disk
+
+
+def _runs_with_tags(mlflow_client: Any, exp_id: str, tags: Mapping[str, str]) -> list[Any]:
+    filters = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
+    return mlflow_client.search_runs([exp_id], filter_string=filters, max_results=100)
+
+
+def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
+    table = None
+    columns = record.get("table_columns")
+    if columns:
+        import pyarrow.csv as pa_csv
+
+        per_query = pa_csv.read_csv(results / "per_query.csv",
+                                    convert_options=pa_csv.ConvertOptions(column_types={"query_id": "string"}))
+        table = per_query.select(list(columns)).to_pandas()
+    return RunRecord(
+        experiment=record["experiment"], run_name=record["run_name"], params=record["params"],
+        metrics=record["metrics"], curves=record["curves"],
+        tags={**record["tags"], TAG_JOB_KEY: record["job_key"]},
+        artifacts_dir=results, dataset=record["dataset"], table=table, start_time_ms=record["start_time_ms"],
+    )
+
+
+def ensure_plots(results: Path, record: dict[str, Any]) -> None:
+    """Draw the run's figures from its record when the job left them to the tracker."""
+    if res.has_plots(results):
+        return
     from pipeline.plots import save_run_figures
 
+    curves = {name.removeprefix("curve/"): np.asarray(values, np.float64) for name, values in record["curves"].items()}
+    save_run_figures(results / "plots", curves, int(record["k"]), record["run_name"])
+
+
+def log_results(results: Path, settings: Any | None = None) -> str:
+    """Log a results folder as one MLflow run, exactly once; returns the run id.
+
+    A folder whose marker names this store is done already; otherwise the store is asked
+    for a run with the record's job key (a FINISHED one is adopted; unfinished ones, left by
+    a killed logger, are deleted and the job is logged again). Raises TrackingError, or
+    InputError for a corrupt record."""
+    results = Path(results)
+    record = res.read_record(results)
+    if settings is None:
+        if record["tracking"] is None:
+            raise TrackingError(f"{results}: the job ran with tracking=none: name a store to log it to")
+        settings = StoreSettings.of(record["tracking"])
+    marker = res.read_marker(results)
+    if marker is not None and marker.get("uri") == settings.uri:
+        return marker["run_id"]
     start = time.perf_counter()
-    try:
-        curves = {name.removeprefix("curve/"): values for name, values in record.curves.items()}
-        save_run_figures(plots_dir, curves, k, record.run_name)
-        run_id = log_run(tracking_cfg, record)
-        log_metric_now(tracking_cfg, run_id, "time_track_s", time.perf_counter() - start)
+    ensure_plots(results, record)
+    with _errors(f"MLflow tracking at {settings.uri} failed"):
+        mlflow_client = client(settings)
+        exp_id = _retrying(lambda: experiment_id(mlflow_client, record["experiment"], settings))
+        for found in _runs_with_tags(mlflow_client, exp_id, {TAG_JOB_KEY: record["job_key"]}):
+            if found.info.status == "FINISHED":
+                res.write_marker(results, settings.uri, found.info.run_id, exp_id)
+                return found.info.run_id
+            mlflow_client.delete_run(found.info.run_id)  # half-logged by a process that died
+        parent = sweep_parent(settings, record)
+
+        def track_time(mlflow_client: Any, run_id: str) -> None:
+            mlflow_client.log_metric(run_id, "time_track_s", time.perf_counter() - start)
+
+        run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time)
+        res.write_marker(results, settings.uri, run_id, exp_id)
         return run_id
-    except Exception as exc:
-        overrides = record.tags.get(TAG_OVERRIDES, "")
-        failed_note.write_text(
-            f"{overrides}\nerror: {exc}\nThe results are safe on disk in {record.artifacts_dir.resolve()}.\n"
-        )
-        return None
-
-
-def log_metric_now(tracking_cfg: Any, run_id: str, key: str, value: float) -> None:
-    with _errors(f"MLflow tracking at {tracking_cfg.uri} failed"):
-        client(tracking_cfg).log_metric(run_id, key, value)
-
-
-def _worker_open(tracking_cfg: Any) -> None:
-    """Runs in the tracking process as soon as the store is known: open it."""
-    try:
-        if _sqlite_path(tracking_cfg.uri) is not None:
-            client(tracking_cfg).search_experiments(max_results=1)
-    except Exception:  # reported by the first real call, with its own message
-        _CLIENTS.pop(tracking_cfg.uri, None)
-
-
-def _worker_warm(_: Any) -> None:
-    """Imports, before the store is known: most of the ~4 s that tracking costs."""
-    import mlflow.entities  # noqa: F401  (~2 s)
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
-    import pandas  # noqa: F401
-
-
-def flush(_: Any = None) -> None:
-    """Nothing: its answer comes after every call queued before it."""
-
-
-def _resolve(name: str) -> Any:
-    """``module:function`` of this project, for the tracking process to call."""
-    import importlib
-
-    module, _, attr = name.partition(":")
-    if not module.startswith("pipeline.") or not attr:
-        raise ValueError(f"not a pipeline function: {name!r}")
-    return getattr(importlib.import_module(module), attr)
-
-
-def _encode(obj: Any) -> Any:
-    """JSON for the pipe (no pickle: nothing that arrives can run code). Tagged objects:
-    RunRecord, Path, numpy arrays, a pandas table, and settings (a DictConfig)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(obj, RunRecord):
-        return {"__record__": {f.name: _encode(getattr(obj, f.name)) for f in fields(obj)}}
-    if isinstance(obj, DictConfig):
-        return {"__settings__": OmegaConf.to_container(obj, resolve=True, enum_to_str=True)}
-    if isinstance(obj, Path):
-        return {"__path__": str(obj)}
-    if isinstance(obj, np.ndarray):
-        return {"__array__": obj.tolist()}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if type(obj).__name__ == "DataFrame":
-        return {"__table__": obj.to_json(orient="split", double_precision=15)}
-    if isinstance(obj, dict):
-        return {str(k): _encode(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_encode(v) for v in obj]
-    return obj
-
-
-def _decode(obj: Any) -> Any:
-    if isinstance(obj, list):
-        return [_decode(v) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    if len(obj) == 1:
-        (tag, value), = obj.items()
-        if tag == "__record__":
-            return RunRecord(**{k: _decode(v) for k, v in value.items()})
-        if tag == "__settings__":
-            return SimpleNamespace(**value)
-        if tag == "__path__":
-            return Path(value)
-        if tag == "__array__":
-            return np.asarray(value, dtype=np.float64)
-        if tag == "__table__":
-            import io
-
-            import pandas as pd
-
-            return pd.read_json(io.StringIO(value), orient="split")
-    return {k: _decode(v) for k, v in obj.items()}
-
-
-def _send(stream: Any, obj: Any) -> None:
-    data = json.dumps(_encode(obj)).encode()
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
-
-
-def _receive(stream: Any) -> Any:
-    head = stream.read(8)
-    if len(head) < 8:
-        raise EOFError
-    (size,) = struct.unpack("<Q", head)
-    return _decode(json.loads(stream.read(size)))
-
-
-def serve() -> None:
-    """The tracking process: answer calls from the job over stdin/stdout until stdin closes.
-
-    The protocol owns the real stdout; anything mlflow prints goes to stderr instead.
-    """
-    requests = os.fdopen(os.dup(0), "rb")
-    answers = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    while True:
-        try:
-            name, args = _receive(requests)
-        except EOFError:
-            return
-        try:
-            answer = [True, _resolve(name)(*args)]
-        except Exception as exc:
-            answer = [False, str(exc) if isinstance(exc, TrackingError) else f"{type(exc).__name__}: {exc}"]
-        _send(answers, answer)
-
-
-class Tracker:
-    """MLflow in a separate process, started before the job computes anything.
-
-    Importing mlflow and opening a sqlite store take ~3 s of CPU; done in a process of its
-    own, they overlap with loading, retrieval and scoring instead of adding to the job, and
-    ``log_run`` only waits for the logging itself. The process is a plain ``python`` child
-    talking over a pipe (not multiprocessing, which cannot start from joblib's workers).
-    Failures come back as TrackingError.
-    """
-
-    def __init__(self, tracking_cfg: Any | None) -> None:
-        root = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self.tracking_cfg = tracking_cfg
-        # Its own stderr file: holding the job's stderr open would keep a pipe reading the
-        # job (`python -m pipeline | tee`) waiting for mlflow's shutdown after the job ends.
-        self._log = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from pipeline.tracking import serve; serve()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
-        )
-        self._pending = 0
-        self.submit("pipeline.tracking:_worker_warm", None)  # import mlflow now
-        if tracking_cfg is not None:
-            self.submit("pipeline.tracking:_worker_open", tracking_cfg)  # answered while the job computes
-
-    def submit(self, name: str, *args: Any) -> None:
-        """Queue a call of ``module:function`` in the tracking process without waiting.
-
-        Calls run one at a time in order, so a later ``call`` sees its effects; a failure of
-        a submitted call is logged when a later ``call`` collects its answer."""
-        try:
-            _send(self._proc.stdin, (name, args))
-        except (BrokenPipeError, OSError) as exc:
-            raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
-        self._pending += 1
-
-    def call(self, name: str, *args: Any) -> Any:
-        """Call ``module:function`` in the tracking process and return its result."""
-        self.submit(name, *args)
-        result: Any = None
-        while self._pending:  # answers come in order: skip those of earlier requests
-            try:
-                ok, result = _receive(self._proc.stdout)
-            except (EOFError, OSError, ValueError):
-                code = self._proc.wait()
-                self._log.seek(0)
-                tail = self._log.read().decode(errors="replace")[-2000:]
-                raise TrackingError(f"the MLflow tracking process died (exit status {code}):\n{tail}") from None
-            self._pending -= 1
-            if not ok and self._pending:
-                log.warning("an earlier tracking call failed: %s", result)
-                continue
-            if not ok:
-                raise TrackingError(result)
-        return result
-
-    def log_run(self, record: RunRecord, parent_run_id: str | None = None) -> str:
-        return self.call("pipeline.tracking:log_run", self.tracking_cfg, record, parent_run_id)
-
-    def log_metric(self, run_id: str, key: str, value: float) -> None:
-        self.call("pipeline.tracking:log_metric_now", self.tracking_cfg, run_id, key, value)
-
-    def close(self) -> None:
-        """Close the pipe: the process exits on its own (every call was already answered),
-        and the job does not wait ~1 s for mlflow's interpreter shutdown."""
-        try:
-            self._proc.stdin.close()
-        except OSError:
-            pass
-
-    _shared: dict[str | None, "Tracker"] = {}
-
-    @classmethod
-    def prestart(cls) -> None:
-        """Start a tracking process before the config is even composed (``python -m
-        pipeline`` does, unless told ``tracking=none``): mlflow's import then overlaps with
-        Hydra's start-up too. The first ``shared()`` adopts it; unused, it exits with us."""
-        cls._keep(None, cls(None))
-
-    @classmethod
-    def shared(cls, tracking_cfg: Any) -> "Tracker":
-        """One tracking process per job process and store, reused by the jobs of a sequential
-        sweep (each would otherwise pay the mlflow import again); closed at exit."""
-        tracker = cls._shared.get(tracking_cfg.uri)
-        if tracker is None or tracker._proc.poll() is not None:
-            spare = cls._shared.pop(None, None)
-            if spare is not None and spare._proc.poll() is None:
-                tracker = spare
-                tracker.submit("pipeline.tracking:_worker_open", tracking_cfg)
-            else:
-                tracker = cls(tracking_cfg)
-            cls._keep(tracking_cfg.uri, tracker)
-        tracker.tracking_cfg = tracking_cfg
-        return tracker
-
-    @classmethod
-    def _keep(cls, key: str | None, tracker: "Tracker") -> None:
-        if not cls._shared:
-            import atexit
-
-            atexit.register(lambda: [t.close() for t in list(cls._shared.values())])
-        cls._shared[key] = tracker
 
 
 # --------------------------------------------------------------------------- sweeps
 
 
-#: sweep id -> (parent run id, experiment name), in the process that started the sweep.
-_SWEEP_PARENTS: dict[str, tuple[str, str]] = {}
+def read_sweep_file(sweep_dir: Path) -> dict[str, Any]:
+    try:
+        info = json.loads((Path(sweep_dir) / res.SWEEP_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
-def sweep_parent(sweep_id: str | None, experiment: str) -> str | None:
-    """The parent run of a sweep started in this process, if the run goes to its experiment."""
-    found = _SWEEP_PARENTS.get(sweep_id or "")
-    return found[0] if found and found[1] == experiment else None
+def sweep_parent(settings: Any, record: dict[str, Any]) -> str | None:
+    """The parent run of the job's sweep (found or created, and remembered in the sweep
+    file), when the job is part of a sweep that logs to the job's experiment."""
+    sweep = record.get("sweep") or {}
+    if not sweep.get("sweep_id"):
+        return None
+    sweep_dir = Path(sweep.get("dir", ""))
+    info = read_sweep_file(sweep_dir) if sweep.get("dir") else {}
+    if info.get("experiment", record["experiment"]) != record["experiment"]:
+        return None
+    if info.get("parent_run_id") and info.get("uri", settings.uri) == settings.uri:
+        return str(info["parent_run_id"])
+    found = start_sweep(settings, record["experiment"], sweep["sweep_id"], {})
+    if sweep.get("dir"):
+        res.write_json(sweep_dir / res.SWEEP_FILE, {**info, **found, "experiment": record["experiment"]})
+    return found["parent_run_id"]
 
 
-def start_sweep(tracking_cfg: Any, experiment: str, sweep_id: str, tags: Mapping[str, str]) -> dict[str, str]:
-    """Create the store and the sweep's parent run before any job tracks."""
-    with _errors(f"cannot start the sweep's MLflow parent run at {tracking_cfg.uri}"):
-        ensure_store(tracking_cfg)
-        mlflow_client = client(tracking_cfg)
-        exp_id = experiment_id(mlflow_client, experiment, tracking_cfg)
-        run = mlflow_client.create_run(
-            exp_id,
-            run_name=f"sweep-{sweep_id}",
-            tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", **tags},
-        )
-        _SWEEP_PARENTS[sweep_id] = (run.info.run_id, experiment)
-        return {"sweep_id": sweep_id, "parent_run_id": run.info.run_id, "experiment_id": exp_id}
-
-
-def sweep_runs(tracking_cfg: Any, sweep_id: str) -> list[Any]:
-    """The job runs of a sweep (any experiment), oldest first."""
-    with _errors(f"cannot read the sweep's runs from {tracking_cfg.uri}"):
-        mlflow_client = client(tracking_cfg)
-        exp_ids = [e.experiment_id for e in mlflow_client.search_experiments()]
-        runs = mlflow_client.search_runs(
-            exp_ids,
-            filter_string=f"tags.{TAG_SWEEP} = '{sweep_id}'",
-            max_results=5000,
-            order_by=["attributes.start_time ASC"],
-        )
-        return [run for run in runs if run.data.tags.get(TAG_SWEEP_PARENT) != "true"]
-
-
-def metric_history(tracking_cfg: Any, run_id: str, key: str) -> np.ndarray:
-    with _errors(f"cannot read metric {key} of run {run_id}"):
-        history = client(tracking_cfg).get_metric_history(run_id, key)
-        return np.array([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
+def start_sweep(settings: Any, experiment: str, sweep_id: str, tags: Mapping[str, str]) -> dict[str, str]:
+    """Create the store and the sweep's parent run before any job tracks (or find the
+    parent a previous attempt made: one parent per sweep id)."""
+    with _errors(f"cannot start the sweep's MLflow parent run at {settings.uri}"):
+        ensure_store(settings)
+        mlflow_client = client(settings)
+        exp_id = _retrying(lambda: experiment_id(mlflow_client, experiment, settings))
+        found = _runs_with_tags(mlflow_client, exp_id, {TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true"})
+        if found:
+            run_id = found[0].info.run_id
+        else:
+            run = mlflow_client.create_run(
+                exp_id, run_name=f"sweep-{sweep_id}", tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", **tags}
+            )
+            run_id = run.info.run_id
+        return {"sweep_id": sweep_id, "parent_run_id": run_id, "experiment_id": exp_id, "uri": settings.uri}
 
 
 def finish_sweep(
-    tracking_cfg: Any,
+    settings: Any,
     parent_run_id: str,
     summary_dir: Path,
     table: "pd.DataFrame",
     status: str = "FINISHED",
+    tags: Mapping[str, str] | None = None,
+    metrics: Mapping[str, float] | None = None,
 ) -> None:
-    """Log the summary folder (table, figure) and the table itself to the parent run."""
-    with _errors(f"cannot log the sweep summary to {tracking_cfg.uri}"):
-        mlflow_client = client(tracking_cfg)
-        mlflow_client.log_table(parent_run_id, data=table, artifact_file="summary/sweep_table.json")
+    """Log the summary folder (table, figure), the table itself, and the best job's tags and
+    metrics to the parent run, then close it with ``status``."""
+    with _errors(f"cannot log the sweep summary to {settings.uri}"):
+        mlflow_client = client(settings)
+        if tags or metrics:
+            from mlflow.entities import Metric, RunTag
+
+            now = int(time.time() * 1000)
+            mlflow_client.log_batch(
+                parent_run_id,
+                metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+                tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()],
+            )
+        if len(table):
+            mlflow_client.log_table(parent_run_id, data=table, artifact_file="summary/sweep_table.json")
         mlflow_client.log_artifacts(parent_run_id, str(summary_dir), artifact_path="summary")
         mlflow_client.set_terminated(parent_run_id, status=status)
+
+
+# --------------------------------------------------------------------------- the process
+
+
+class Tracker:
+    """The tracking process, ``python -m pipeline.sync --stdin``, started before the job
+    computes anything.
+
+    Importing mlflow and opening a sqlite store take ~3 s of CPU; done in a process of its
+    own they overlap with loading, retrieval and scoring. Requests are JSON lines (an
+    operation and folder paths); answers come back in order, one JSON line each. A plain
+    ``python`` child, not multiprocessing, which cannot start from joblib's workers.
+    """
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        # Its own stderr file: holding the job's stderr open would keep a pipe reading the
+        # job (`python -m pipeline | tee`) waiting for mlflow's shutdown after the job ends.
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.sync", "--stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, text=True,
+        )
+        self._pending = 0
+        self._opened: set[str] = set()
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def send(self, request: dict[str, Any]) -> None:
+        """Queue a request without waiting for its answer (requests run one at a time, in order)."""
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as exc:
+            raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
+        self._pending += 1
+
+    def call(self, request: dict[str, Any]) -> Any:
+        """Send a request and return its answer's result (answers of earlier requests that
+        failed are logged as warnings); TrackingError when it failed."""
+        self.send(request)
+        answer: dict[str, Any] = {}
+        while self._pending:
+            line = self._proc.stdout.readline()
+            if not line:
+                code = self._proc.wait()
+                self._log.seek(0)
+                tail = self._log.read().decode(errors="replace")[-2000:]
+                raise TrackingError(f"the MLflow tracking process died (exit status {code}):\n{tail}")
+            self._pending -= 1
+            answer = json.loads(line)
+            if not answer["ok"] and self._pending:
+                log.warning("an earlier tracking request failed: %s", answer["error"])
+        if not answer.get("ok"):
+            raise TrackingError(answer.get("error", "no answer"))
+        return answer.get("result")
+
+    def open(self, settings: StoreSettings) -> None:
+        """Open (create) the store in the background, once per store."""
+        if settings.uri not in self._opened:
+            self.send({"op": "open", "tracking": settings.as_dict()})
+            self._opened.add(settings.uri)
+
+    def log(self, results: Path, settings: StoreSettings, wait: bool = True, note_failure: bool = False) -> str | None:
+        """Log a results folder; ``wait=False`` returns at once (a failure then leaves a
+        FAILED note in the job's folder when ``note_failure``)."""
+        request = {"op": "log", "results": str(Path(results).resolve()), "tracking": settings.as_dict(),
+                   "note_failure": note_failure}
+        if wait:
+            return self.call(request)
+        self.send(request)
+        return None
+
+    def close(self) -> None:
+        """Close the pipe: the process exits on its own once every request is done, and the
+        job does not wait ~1 s for mlflow's interpreter shutdown."""
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+
+
+_TRACKER: list[Tracker] = []  # the process's tracking process (one, reused by a sequential sweep)
+
+
+def tracker(settings: StoreSettings | None = None) -> Tracker:
+    """This process's tracking process, started on first use (and again if it died), with
+    the store opened in the background."""
+    if not _TRACKER or not _TRACKER[0].alive():
+        if not _TRACKER:
+            import atexit
+
+            atexit.register(lambda: [t.close() for t in _TRACKER])
+        _TRACKER[:] = [Tracker()]
+    if settings is not None:
+        _TRACKER[0].open(settings)
+    return _TRACKER[0]
+
+
+def prestart() -> None:
+    """Start the tracking process before the config is even composed (``python -m
+    pipeline`` does, unless told ``tracking=none``): mlflow's import then overlaps with
+    Hydra's start-up too."""
+    tracker()
+
+
+# --------------------------------------------------------------------------- reading runs (pipeline.compare)
+#: Experiment of the runs that ``python -m pipeline.compare --log`` makes (outside a sweep).
+COMPARE_EXPERIMENT = "compare"
+
+
+@contextmanager
+def _read_errors(what: str) -> Iterator[None]:
+    """:func:`_errors` that lets the user's mistakes (InputError: no such run) through."""
+    from pipeline.errors import InputError
+
+    try:
+        yield
+    except (TrackingError, InputError):
+        raise
+    except Exception as exc:
+        raise TrackingError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _read_client(settings: Any) -> Any:
+    """A client on an existing store: reading must not create an empty sqlite store."""
+    from pipeline.errors import InputError
+
+    db = _sqlite_path(str(settings.uri))
+    if db is not None and not db.is_file():
+        raise InputError("no MLflow store there (--tracking-uri names the store)", db)
+    return client(settings)
+
+
+def _not_found(exc: Exception) -> bool:
+    return getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower()
+
+
+def _run_info(run: Any) -> dict[str, Any]:
+    """What the comparison needs of a run, as plain data."""
+    return {
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name or run.data.tags.get("mlflow.runName", run.info.run_id),
+        "experiment_id": run.info.experiment_id,
+        "status": run.info.status,
+        "start_time": run.info.start_time or 0,
+        "tags": dict(run.data.tags),
+        "params": dict(run.data.params),
+        "parent_run_id": run.data.tags.get(TAG_PARENT),
+        "is_sweep_parent": run.data.tags.get(TAG_SWEEP_PARENT) == "true",
+    }
+
+
+def get_run_info(settings: Any, run_id: str) -> dict[str, Any]:
+    """One run as plain data (see :func:`_run_info`); InputError when the store lacks it."""
+    from pipeline.errors import InputError
+
+    with _read_errors(f"cannot read the MLflow store {settings.uri}"):
+        mlflow_client = _read_client(settings)
+        try:
+            run = mlflow_client.get_run(run_id)
+        except Exception as exc:
+            if _not_found(exc):
+                raise InputError(f"no MLflow run {run_id} in {settings.uri}", f"mlflow:{run_id}") from None
+            raise
+        return _run_info(run)
+
+
+def _search_all(mlflow_client: Any, exp_ids: list[str], filter_string: str) -> list[Any]:
+    runs, token = [], None
+    while True:
+        page = mlflow_client.search_runs(exp_ids, filter_string=filter_string, max_results=5000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def child_runs(settings: Any, parent_run_id: str) -> list[dict[str, Any]]:
+    """The FINISHED runs nested under ``parent_run_id`` (a sweep's jobs), in start order."""
+    parent = get_run_info(settings, parent_run_id)
+    with _read_errors(f"cannot read the MLflow store {settings.uri}"):
+        mlflow_client = _read_client(settings)
+        found = _search_all(mlflow_client, [parent["experiment_id"]], f"tags.`{TAG_PARENT}` = '{parent_run_id}'")
+    runs = [_run_info(r) for r in found if r.info.status == "FINISHED"]
+    return sorted(runs, key=lambda r: (r["start_time"], r["run_name"], r["run_id"]))
+
+
+def experiment_runs(settings: Any, experiment: str, filter_string: str = "") -> list[dict[str, Any]]:
+    """The FINISHED job runs (not sweep parents) of an experiment matching an MLflow filter
+    string, in start order; InputError for an unknown experiment or a bad filter."""
+    from pipeline.errors import InputError
+
+    source = f"mlflow-experiment:{experiment}"
+    with _read_errors(f"cannot read the MLflow store {settings.uri}"):
+        mlflow_client = _read_client(settings)
+        found = mlflow_client.get_experiment_by_name(experiment)
+        if found is None:
+            raise InputError(f"no experiment {experiment!r} in {settings.uri}", source)
+        try:
+            runs = _search_all(mlflow_client, [found.experiment_id], filter_string)
+        except Exception as exc:
+            if "filter" in str(exc).lower() or getattr(exc, "error_code", "") == "INVALID_PARAMETER_VALUE":
+                raise InputError(f"bad MLflow filter {filter_string!r}: {exc}", source) from None
+            raise
+    infos = [_run_info(r) for r in runs if r.info.status == "FINISHED"]
+    infos = [r for r in infos if not r["is_sweep_parent"]]
+    return sorted(infos, key=lambda r: (r["start_time"], r["run_name"], r["run_id"]))
+
+
+def download_artifact(settings: Any, run_id: str, path: str, dst: Path) -> Path:
+    """Download one artifact file of a run into the folder ``dst``; InputError when the run
+    has no such artifact (e.g. a run not logged by this pipeline)."""
+    from pathlib import PurePosixPath
+
+    from pipeline.errors import InputError
+
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    with _read_errors(f"cannot download {path} of run {run_id} from {settings.uri}"):
+        mlflow_client = _read_client(settings)
+        folder = str(PurePosixPath(path).parent)
+        names = {a.path for a in mlflow_client.list_artifacts(run_id, None if folder == "." else folder)}
+        if path not in names:
+            raise InputError(f"run has no artifact {path}", f"mlflow:{run_id}")
+        return Path(mlflow_client.download_artifacts(run_id, path, str(dst)))
+
+
+def _default_artifact_root(settings: Any) -> str | None:
+    """``<store folder>/mlartifacts`` for a sqlite store (the project's layout, conf/paths)."""
+    if getattr(settings, "artifact_root", None):
+        return str(settings.artifact_root)
+    db = _sqlite_path(str(settings.uri))
+    return str(db.parent / "mlartifacts") if db is not None else None
+
+
+def log_report(
+    settings: Any,
+    folder: Path,
+    *,
+    parent_run_id: str | None = None,
+    artifact_path: str | None = None,
+    run_name: str = "compare",
+    tags: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+) -> str:
+    """Log a comparison report folder; returns the run id it went to.
+
+    With ``parent_run_id`` (a sweep's parent run) the folder goes under ``artifact_path`` of
+    that run, which keeps its status. Otherwise a new FINISHED run named ``run_name`` in the
+    experiment :data:`COMPARE_EXPERIMENT` gets the folder at its root, ``tags`` and ``params``.
+    Raises TrackingError."""
+    from mlflow.entities import Param
+
+    with _errors(f"cannot log the comparison to {settings.uri}"):
+        mlflow_client = client(settings)
+        if parent_run_id:
+            mlflow_client.log_artifacts(parent_run_id, str(folder), artifact_path=artifact_path)
+            return parent_run_id
+        store = StoreSettings(uri=str(settings.uri), artifact_root=_default_artifact_root(settings))
+        exp_id = _retrying(lambda: experiment_id(mlflow_client, COMPARE_EXPERIMENT, store))
+        run = mlflow_client.create_run(exp_id, run_name=run_name, tags=dict(tags or {}))
+        run_id = run.info.run_id
+        try:
+            if params:
+                mlflow_client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+            mlflow_client.log_artifacts(run_id, str(folder), artifact_path=artifact_path)
+        except Exception:
+            mlflow_client.set_terminated(run_id, status="FAILED")
+            raise
+        mlflow_client.set_terminated(run_id, status="FINISHED")
+        return run_id

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -183,3 +184,21 @@ def run_pipeline(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
 
     run.results_dir = tmp_path / "run" / "results"  # type: ignore[attr-defined]
     return run
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory) -> Path:
+    """One migrated MLflow sqlite store; tests copy it (creating one costs about a second)."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def store(tmp_path, migrated_store) -> str:
+    """A fresh copy of the migrated store in the test's folder: ``sqlite:///...``."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(migrated_store, db)
+    return f"sqlite:///{db}"

@@ -28,23 +28,6 @@ def compose_cfg(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
-@pytest.fixture(scope="session")
-def migrated_store(tmp_path_factory) -> Path:
-    """One migrated MLflow sqlite store; tests copy it (creating one costs about a second)."""
-    from mlflow import MlflowClient
-
-    db = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-    return db
-
-
-@pytest.fixture
-def store(tmp_path, migrated_store) -> str:
-    db = tmp_path / "mlflow.db"
-    shutil.copy(migrated_store, db)
-    return f"sqlite:///{db}"
-
-
 def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return subprocess.run(

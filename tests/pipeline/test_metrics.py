@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -134,7 +135,7 @@ def test_bad_arguments():
 
 def test_per_query_table_columns():
     ev = evaluate(np.array([[1, 2], [2, 1]]), qrels_of([(0, 1, 1), (1, 1, 2)]), k_max=2)
-    table = ev.per_query(["a", "b"])
+    table = pd.DataFrame(ev.per_query(["a", "b"]))
     assert table["query_id"].tolist() == ["a", "b"]
     assert table["precision_at_1"].tolist() == [1.0, 0.0]
     assert table["ndcg_at_2"].iloc[1] == pytest.approx(1 / math.log2(3))

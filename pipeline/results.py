@@ -1,0 +1,159 @@
+"""The results folder of a job: a contract on disk that tracking, ``pipeline.sync`` and users read.
+
+A job writes everything it computed under ``<job folder>/results/`` before MLflow sees any
+of it, and writes ``record.json`` last: a results folder with a record is complete. The
+record holds everything tracking logs (params, metrics, curves, tags, dataset input,
+timings, run name, sweep), so any process can log the job from the folder alone, today or
+after the job's process was killed. Every file is written to a temporary name in the same
+folder and renamed (``os.replace``), so a reader never sees half a file.
+
+=====================  ==========================================================  ==============
+file                   what                                                        written by
+=====================  ==========================================================  ==============
+metrics.json           headline means, curves, the collection's counts             the job
+per_query.csv          every metric at every K, one row per query                  the job
+run.trec               the ranking as a TREC run (``qid Q0 docid rank score tag``)  the job
+context.tsv            the placed order fed to the generator (query, slot, doc)    the job
+config.yaml            the resolved config                                         the job
+definition_card.md     the metric definitions of this run                          the job
+plots/*.png            K-sweep and precision-recall figures                        job or tracker
+record.json            what tracking logs (written last: the folder is complete)   the job
+mlflow_run.json        the MLflow run the folder was logged as (uri, run id)       the tracker
+=====================  ==========================================================  ==============
+
+A job that failed leaves ``<job folder>/FAILED`` (its overrides on the first line, the error
+after). Logging is idempotent: the record's ``job_key`` is a tag on the MLflow run, so a
+second attempt finds the first run instead of making another (``pipeline.tracking``).
+
+This module is an input/output module: it imports no hydra, mlflow or retrievers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from pipeline.errors import InputError
+
+RESULTS = "results"
+RECORD = "record.json"
+MARKER = "mlflow_run.json"
+FAILED = "FAILED"
+#: In a sweep folder: the sweep id, its experiment and, once made, its MLflow parent run.
+SWEEP_FILE = "mlflow_sweep.json"
+#: In a sweep folder: the summary of the jobs (written when the sweep ends or is synced).
+SUMMARY = "summary"
+PLOTS = ("plots/k_sweep.png", "plots/precision_recall.png")
+#: The files every complete results folder has (besides the plots, which may come later).
+FILES = ("metrics.json", "per_query.csv", "run.trec", "context.tsv", "config.yaml", "definition_card.md", RECORD)
+RECORD_FORMAT = "rag-eval-record/1"
+#: Keys every record has; a record without one of them is corrupt.
+RECORD_KEYS = ("format", "job_key", "experiment", "run_name", "params", "metrics", "curves", "tags", "dataset",
+               "tracking", "k", "start_time_ms")
+#: Tag that identifies a job on its MLflow run (a second log of the same folder finds it).
+TAG_JOB_KEY = "job_key"
+
+
+@contextmanager
+def atomic_open(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """Write ``path`` through a temporary file in its folder, renamed into place on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        binary = "b" in mode
+        with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8", "newline": ""})) as fh:
+            yield fh
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600: results are for the team to read
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def write_json(path: Path, payload: Any, indent: int | None = 1) -> None:
+    write_text(path, json.dumps(payload, indent=indent) + "\n")
+
+
+def results_dir(job_dir: Path) -> Path:
+    return Path(job_dir) / RESULTS
+
+
+def write_record(results: Path, record: dict[str, Any]) -> Path:
+    """Write ``record.json`` (last: from now on the folder is complete and can be logged)."""
+    missing = [key for key in RECORD_KEYS if key not in record]
+    if missing:
+        raise ValueError(f"record lacks {missing}")
+    path = Path(results) / RECORD
+    write_json(path, record)
+    return path
+
+
+def read_record(results: Path) -> dict[str, Any]:
+    """The job's record; InputError naming the file when it is missing, unreadable or partial."""
+    path = Path(results) / RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no record: the job did not finish writing its results", path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"unreadable record ({exc})", path) from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise InputError(f"not a {RECORD_FORMAT} record", path)
+    missing = [key for key in RECORD_KEYS if key not in record]
+    if missing:
+        raise InputError(f"record lacks {', '.join(missing)}", path)
+    return record
+
+
+def read_marker(results: Path) -> dict[str, str] | None:
+    """``{"uri": ..., "run_id": ..., "experiment_id": ...}`` once the folder was logged, else None."""
+    try:
+        marker = json.loads((Path(results) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # missing or half-written: the store is asked instead (by the job key)
+    return marker if isinstance(marker, dict) and marker.get("run_id") else None
+
+
+def write_marker(results: Path, uri: str, run_id: str, experiment_id: str) -> None:
+    write_json(Path(results) / MARKER, {"uri": uri, "run_id": run_id, "experiment_id": experiment_id})
+
+
+def has_plots(results: Path) -> bool:
+    return all((Path(results) / name).is_file() for name in PLOTS)
+
+
+def find_results(folders: list[Path]) -> list[Path]:
+    """Every complete results folder (one with a record) under ``folders``, in path order;
+    numbered job folders of a sweep come in job order."""
+    found: set[Path] = set()
+    for folder in folders:
+        folder = Path(folder)
+        if (folder / RECORD).is_file():
+            found.add(folder)
+        elif (folder / RESULTS / RECORD).is_file():
+            found.add(folder / RESULTS)
+        else:
+            found.update(p.parent for p in folder.rglob(f"{RESULTS}/{RECORD}"))
+    return sorted(found, key=_natural)
+
+
+def _natural(path: Path) -> list[Any]:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts]
+
+
+def write_failed(job_dir: Path, overrides: str, message: str) -> None:
+    write_text(Path(job_dir) / FAILED, f"{overrides}\n{message.strip()}\n")

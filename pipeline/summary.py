@@ -1,0 +1,222 @@
+"""The end of a sweep: every finished job logged, a summary built from the jobs' folders.
+
+Runs in the tracking process (``pipeline.sync``), where mlflow is imported. The summary
+(``summary/sweep_table.csv``, ``.md`` and ``sweep_summary.png``: the jobs' headline metrics
+and their nDCG@K and recall@K curves) is built from the records on disk, not read back from
+MLflow, and logged to the sweep's parent run, which is then closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pipeline import results as res
+from pipeline import tracking
+from pipeline.errors import InputError
+
+log = logging.getLogger(__name__)
+
+#: Families compared at each k used in the sweep (with the objective, mrr and map).
+_FAMILIES = ("ndcg", "precision", "recall", "context_utility")
+
+
+def log_pending(sweep_dir: Path, settings: tracking.StoreSettings | None = None,
+                retry_failed: bool = False) -> list[tuple[Path, str]]:
+    """Log every complete job folder of the sweep that has not reached the store.
+
+    Jobs with a FAILED note are skipped unless ``retry_failed`` (a note written because
+    logging failed is removed once the job is logged). Returns the (folder, error) pairs
+    that could not be logged; each also gets a FAILED note."""
+    errors = []
+    for results in res.find_results([sweep_dir]):
+        job_dir = results.parent
+        if (job_dir / res.FAILED).exists() and not retry_failed:
+            continue
+        try:
+            tracking.log_results(results, settings)
+        except (tracking.TrackingError, InputError) as err:
+            errors.append((job_dir, str(err)))
+            res.write_failed(job_dir, _overrides(results), f"error: {err}\nThe results are safe on disk in "
+                             f"{results.resolve()}; `python -m pipeline.sync {job_dir}` logs them later.")
+            continue
+        if (job_dir / res.FAILED).exists():
+            (job_dir / res.FAILED).unlink()
+    return errors
+
+
+def _overrides(results: Path) -> str:
+    try:
+        return res.read_record(results)["tags"].get(tracking.TAG_OVERRIDES, "")
+    except InputError:
+        return ""
+
+
+def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings | None,
+              status: str = "FINISHED") -> str:
+    """Write the sweep's summary from its job folders, log it to the parent run (when
+    tracking) and close the parent with ``status`` (FAILED when a job failed); returns the
+    text to print.
+
+    The summary gives each job's objective with its 95% CI, the jobs statistically tied with
+    the best (randomization test, Holm-adjusted: ``pipeline.compare``), the swept factors'
+    main effects (``summary/compare/``), and the best job, which the parent run also carries
+    as tags (``best_run_name``, ``best_run_id``, ``best.<override>``) and metrics
+    (``best_<objective>`` and its CI)."""
+    import pandas as pd
+
+    from pipeline import plots
+
+    sweep_dir = Path(sweep_dir)
+    out = sweep_dir / res.SUMMARY
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [(results, res.read_record(results)) for results in res.find_results([sweep_dir])]
+    report, note = _compare(sweep_dir, objective, out, len(jobs))
+    tied_folders = set()
+    if report is not None:
+        by_name = {d["name"]: d for d in report["systems"]}
+        tied_folders = {_resolved(by_name[n].get("folder")) for n in report["tied_with_best"].get(objective, [])
+                        if n in by_name}
+    rows, curves, groups = [], {}, {}
+    for results, record in jobs:
+        marker = res.read_marker(results)
+        k = record["params"].get("k", str(record["k"]))
+        row: dict[str, Any] = {
+            "run_name": record["run_name"],
+            "run_id": marker["run_id"] if marker else "",
+            "status": "FINISHED" if marker or settings is None else "FAILED",
+            "overrides": record["tags"].get(tracking.TAG_OVERRIDES, ""),
+        }
+        row.update(record["metrics"])
+        for family in ("ndcg", "context_utility"):  # each job at its own k
+            row[f"{family}_at_k"] = record["metrics"].get(f"{family}_at_{k}")
+        row["tied_with_best"] = _resolved(results.parent) in tied_folders or _resolved(results) in tied_folders
+        # Jobs with identical rankings have identical nDCG@K and recall@K curves: drawn once.
+        groups.setdefault(record.get("ranking_digest") or record["job_key"], []).append((record, len(rows)))
+        rows.append(row)
+    for members in groups.values():
+        first = members[0][0]
+        label = _group_label([m[0] for m in members], jobs)
+        curves[label] = {name: first["curves"].get(f"curve/{name}") for name in ("ndcg", "recall")}
+    table = pd.DataFrame(rows)
+    ci_cols = [f"{objective}_ci_low", f"{objective}_ci_high"]
+    if len(table):
+        ks = sorted({int(record["params"].get("k", 0)) for _, record in jobs} - {0})
+        wanted = [objective, *ci_cols, "tied_with_best", "ndcg_at_k", "context_utility_at_k",
+                  *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", "time_total_s"]
+        keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
+        table = table[["run_name", "run_id", "status", "overrides", *keys]]
+        if objective in table.columns:
+            table = table.sort_values(objective, ascending=False, kind="stable")
+    table.to_csv(out / "sweep_table.csv", index=False, float_format="%.6g")
+    (out / "sweep_table.md").write_text(_markdown(table))
+    if len(table):
+        headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in table.columns]
+        ci = ({objective: (table[ci_cols[0]].to_numpy(), table[ci_cols[1]].to_numpy())}
+              if all(c in table.columns for c in ci_cols) else None)
+        tied = table.loc[table.get("tied_with_best", pd.Series(False, index=table.index)).astype(bool), "run_name"]
+        plots.sweep_summary_figure(table, curves, headline, ci=ci, tied=list(tied),
+                                   title=f"Sweep summary ({len(table)} jobs)").savefig(out / "sweep_summary.png", dpi=80)
+    info = tracking.read_sweep_file(sweep_dir)
+    text = f"sweep {info.get('sweep_id', sweep_dir.name)}: {len(table)} runs; summary in {out.resolve()}"
+    best = table.iloc[0] if len(table) and objective in table.columns else None
+    if best is not None:
+        ci_text = (f" [95% CI {best[ci_cols[0]]:.4f}, {best[ci_cols[1]]:.4f}]"
+                   if all(c in table.columns for c in ci_cols) else "")
+        text += f"\nbest: {best['run_name']} ({best['overrides']}): {objective} {best[objective]:.4f}{ci_text}"
+        if "tied_with_best" in table.columns:
+            n_tied = int(table["tied_with_best"].sum()) - 1
+            text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
+                     f"alpha 0.05); see summary/compare/report.md")
+    if note:
+        text += f"\nnote: {note}"
+    if settings is not None:
+        parent = info.get("parent_run_id") if info.get("uri", settings.uri) == settings.uri else None
+        if parent is None:
+            experiment = info.get("experiment")
+            if not experiment:
+                raise tracking.TrackingError(f"{sweep_dir / res.SWEEP_FILE}: the sweep's experiment is unknown")
+            parent = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {})[
+                "parent_run_id"]
+        tags, metrics = _best_on_parent(best, objective, ci_cols, table)
+        tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics)
+        text += f"\nMLflow parent run {parent} ({status})"
+    if len(table):  # the headline columns; the files hold them all
+        shown = [c for c in ("run_name", "status", objective, *ci_cols, "tied_with_best", "ndcg_at_k",
+                             "context_utility_at_k", "mrr", "map") if c in table.columns]
+        text += "\n" + _markdown(table[list(dict.fromkeys(shown))])
+    return text
+
+
+def _resolved(path: Any) -> str:
+    return str(Path(path).resolve()) if path else ""
+
+
+def _compare(sweep_dir: Path, objective: str, out: Path, n_jobs: int) -> tuple[dict[str, Any] | None, str]:
+    """The statistics of the sweep's jobs on the objective (``summary/compare/``), or why not."""
+    if n_jobs < 2:
+        return None, ""
+    from pipeline.compare import report_for_folders
+
+    try:
+        return report_for_folders([sweep_dir], metrics=[objective], out=out / "compare"), ""
+    except InputError as err:
+        log.warning("no statistics for the sweep: %s", err)
+        return None, f"no statistics for the sweep: {err}"
+
+
+def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, Any]]]) -> str:
+    """A job's run name; for jobs with one ranking, the settings they share that vary in the
+    sweep (``retriever=bm25 (6 jobs)``), else the first name and how many more."""
+    if len(records) == 1:
+        return records[0]["run_name"]
+    from pipeline.compare import parse_overrides
+
+    every = [parse_overrides(r["tags"].get(tracking.TAG_OVERRIDES, "")) for _, r in jobs]
+    mine = [parse_overrides(r["tags"].get(tracking.TAG_OVERRIDES, "")) for r in records]
+    shared = [key for key in mine[0] if len({m.get(key) for m in mine}) == 1
+              and len({e.get(key) for e in every}) > 1 and not key.startswith(("paths.", "tracking.", "hydra."))]
+    if shared:
+        return " ".join(f"{key}={mine[0][key]}" for key in shared) + f" ({len(records)} jobs, one ranking)"
+    return f"{records[0]['run_name']} (+{len(records) - 1} with the same ranking)"
+
+
+def _best_on_parent(best: Any, objective: str, ci_cols: list[str], table: Any) -> tuple[dict[str, str], dict[str, float]]:
+    if best is None:
+        return {}, {}
+    from pipeline.compare import parse_overrides
+
+    tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
+            **{f"best.{k}": v for k, v in parse_overrides(str(best["overrides"])).items()
+               if not k.startswith(("paths.", "tracking.", "hydra."))}}
+    metrics = {f"best_{objective}": float(best[objective])}
+    for col in ci_cols:
+        if col in table.columns:
+            metrics[f"best_{col}"] = float(best[col])
+    if "tied_with_best" in table.columns:
+        metrics["n_tied_with_best"] = float(table["tied_with_best"].sum())
+    return tags, metrics
+
+
+def end_sweep(sweep_dir: Path, objective: str, settings: tracking.StoreSettings | None,
+              status: str = "FINISHED") -> str:
+    """Log the jobs that have not reached the store (their logger may have died), then
+    summarize; the parent is FAILED when any job failed."""
+    sweep_dir = Path(sweep_dir)
+    if settings is not None:
+        log_pending(sweep_dir, settings)
+    if any(sweep_dir.glob(f"*/{res.FAILED}")) and status == "FINISHED":
+        status = "FAILED"
+    return summarize(sweep_dir, objective, settings, status)
+
+
+def _markdown(table: Any) -> str:
+    if not len(table):
+        return "(no runs)\n"
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in table.iterrows():
+        cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

