@@ -129,7 +129,8 @@ def retrieve(cfg: DictConfig, collection: Collection, depth: int) -> tuple[Ranki
         return retriever.search(collection.query_ids, collection.query_texts, depth)
 
     return load_or_compute_ranking(
-        Path(cfg.cache_dir), key, compute, reuse_deeper=getattr(retriever, "prefix_stable", False)
+        Path(cfg.cache_dir), key, compute, reuse_deeper=getattr(retriever, "prefix_stable", False),
+        n_queries=collection.n_queries, n_docs=collection.n_docs,
     )
 
 
@@ -257,8 +258,12 @@ def run(cfg: DictConfig) -> float:
     # the next job starts at once; the sweep's end waits for them (pipeline.sweep).
     deferred = tracker is not None and ctx.in_process_sweep
     with _timed(timings, "write"):
-        results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics, run_name,
-                                with_plots=not deferred)
+        try:
+            results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics,
+                                    run_name, with_plots=not deferred)
+        except OSError as err:  # the ranking stays in the cache: a rerun with a usable folder is quick
+            raise InputError(f"cannot write the results to {ctx.output_dir}: {err.strerror or err} "
+                             "(set paths.root or hydra.run.dir to a writable folder)") from err
     objective = float(metrics[cfg.objective])
     timings["time_total_s"] = time.perf_counter() - start
     experiment = cfg.tracking.experiment or collection.name

@@ -110,13 +110,16 @@ def load_or_compute_ranking(
     compute: Callable[[], Ranking],
     *,
     reuse_deeper: bool = False,
+    n_queries: int | None = None,
+    n_docs: int | None = None,
 ) -> tuple[Ranking, bool]:
     """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
 
     ``pipeline.cache.load_or_compute_ranking_arrays`` with Rankings: ``key`` holds the
     collection digest, the retriever's ``cache_key()`` and the ``depth``; ``reuse_deeper``
     lets a deeper cached ranking of a ``prefix_stable`` retriever serve the request;
-    ``cache_dir=None`` disables caching.
+    ``n_queries`` and ``n_docs`` (the collection's) let a cached entry be checked against
+    them (rows, index range) besides its content hashes; ``cache_dir=None`` disables caching.
     """
     computed: list[Ranking] = []
 
@@ -124,7 +127,9 @@ def load_or_compute_ranking(
         computed.append(compute())
         return computed[0].doc_idx, computed[0].scores
 
-    (doc_idx, scores), hit = load_or_compute_ranking_arrays(cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper)
+    (doc_idx, scores), hit = load_or_compute_ranking_arrays(
+        cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper, n_queries=n_queries, n_docs=n_docs
+    )
     return (computed[0] if computed else Ranking(doc_idx, scores)), hit
 
 

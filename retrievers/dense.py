@@ -145,6 +145,8 @@ class DenseRetriever:
         self.doc_embeddings: NDArray[np.float32] | None = None
         self._faiss_index: Any = None
         self.last_cache_hits: dict[str, bool] = {}  # "docs"/"queries" -> whether the last call hit the cache
+        self._encoded_dim: int | None = None  # the model's embedding dim, once it encoded anything
+        self._doc_source: tuple[Sequence[str], Sequence[str]] | None = None  # index()'s arguments
 
     @property
     def prefix_stable(self) -> bool:
@@ -210,6 +212,8 @@ class DenseRetriever:
             normalize_embeddings=False,
         )
         emb = np.asarray(out, dtype=np.float32)
+        if emb.ndim == 2:
+            self._encoded_dim = int(emb.shape[1])
         if emb.ndim != 2 or emb.shape[0] != len(texts):
             raise ValueError(f"encoder returned shape {emb.shape} for {len(texts)} texts")
         if self.normalize:
@@ -226,7 +230,16 @@ class DenseRetriever:
             "texts": texts_digest(ids, texts),
             "n": len(texts),
         }
-        emb, hit = load_or_compute_array(self.cache_dir, key, lambda: self.encode(texts, prefix))
+        # The embedding dim is the model's once it encoded anything, else that of the document
+        # embeddings (for the queries); before either, a cached entry must still be 2-D with
+        # one row per text and finite (its content hash vouches for the rest).
+        dim = self._encoded_dim
+        if dim is None and self.doc_embeddings is not None and self.doc_embeddings.size:
+            dim = int(self.doc_embeddings.shape[1])
+        shape = (len(texts), dim if texts else None)
+        emb, hit = load_or_compute_array(
+            self.cache_dir, key, lambda: self.encode(texts, prefix), shape=shape, finite=True
+        )
         self.last_cache_hits[role] = hit
         if hit:
             log.info("dense: %d %s embeddings read from the cache", len(texts), role)
@@ -238,6 +251,7 @@ class DenseRetriever:
         """Embed the corpus (or read its embeddings from the cache) and build the index."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
+        self._doc_source = (doc_ids, doc_texts)
         self.doc_embeddings = self._cached_embeddings("docs", doc_ids, doc_texts, self.doc_prefix)
         self._faiss_index = None
         if self.index_type != "exact" and len(doc_ids):
@@ -253,6 +267,13 @@ class DenseRetriever:
         if n_q == 0 or n_d == 0:
             return top_k(np.zeros((n_q, 0), np.float32), depth)
         queries = self._cached_embeddings("queries", query_ids, query_texts, self.query_prefix)
+        if queries.shape[1] != self.doc_embeddings.shape[1] and self._doc_source is not None:
+            # Only freshly encoded queries can disagree (a cached entry must match the documents'
+            # dim): the model's dim is right, the cached document embeddings are not.
+            log.warning("dense: the cached document embeddings have dim %d, the model gives %d; "
+                        "encoding the documents again", self.doc_embeddings.shape[1], queries.shape[1])
+            self.index(*self._doc_source)
+            queries = self._cached_embeddings("queries", query_ids, query_texts, self.query_prefix)
         if self._faiss_index is not None:
             return self._search_faiss(queries, depth)
         return exact_search(queries, self.doc_embeddings, depth)
