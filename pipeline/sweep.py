@@ -17,6 +17,8 @@ Works with any launcher (basic, joblib, submitit) and sweeper (basic, Optuna).
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -32,10 +34,64 @@ from pipeline import tracking
 log = logging.getLogger(__name__)
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM during a sweep (a BaseException, like KeyboardInterrupt, so that no
+    job's ``except Exception`` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: The sweep running in this process, for the interrupt handler: folder, store, objective.
+_ACTIVE: dict[str, Any] = {}
+#: How long an interrupted sweep waits for its finished jobs to reach the store.
+INTERRUPT_WAIT_S = float(os.environ.get("PIPELINE_INTERRUPT_WAIT_S", "60"))
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def on_interrupt(signum: int) -> int:
+    """After SIGINT/SIGTERM: let the finished jobs of the sweep reach the store (bounded by
+    ``PIPELINE_INTERRUPT_WAIT_S``), close its parent run as KILLED, say in one line what is
+    not logged, and return the exit status (128 + the signal: 130, 143)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C during the wait ends it
+        signal.signal(sig, signal.SIG_DFL)
+    code = 128 + signum
+    if not _ACTIVE:
+        print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return code
+    sweep_dir: Path = _ACTIVE["sweep_dir"]
+    settings: tracking.StoreSettings | None = _ACTIVE.get("settings")
+    if settings is not None:
+        request = {"op": "sweep_end", "sweep_dir": str(sweep_dir.resolve()), "objective": _ACTIVE["objective"],
+                   "tracking": settings.as_dict(), "status": "KILLED"}
+        try:
+            tracking.tracker(settings).call(request, timeout=INTERRUPT_WAIT_S)
+        except tracking.TrackingError as err:
+            log.warning("%s", err)
+    done = res.find_results([sweep_dir])
+    missing = [r.parent.name for r in done if settings is not None and res.read_marker(r) is None]
+    what = (f"{len(done)} finished job(s) logged to MLflow, the sweep's parent run closed as KILLED"
+            if settings is not None and not missing else f"{len(done)} finished job(s) on disk")
+    if missing:
+        what += (f"; not in MLflow yet: job(s) {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}: "
+                 f"python -m pipeline.sync {sweep_dir}")
+    print(f"interrupted ({signal.Signals(signum).name}): {what}", file=sys.stderr)
+    return code
+
+
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        if _jobs_in_this_process(config):  # parallel launchers' workers handle signals themselves
+            _ACTIVE.update(sweep_dir=sweep_dir, objective=str(config.objective),
+                           settings=tracking.StoreSettings.of(config.tracking) if config.tracking.enabled else None)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, _raise_interrupted)
         sweep_id = f"{sweep_dir.parent.name}_{sweep_dir.name}_{uuid.uuid4().hex[:6]}"
         info: dict[str, str] = {"sweep_id": sweep_id}
         if config.tracking.enabled:
@@ -61,6 +117,7 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        _ACTIVE.clear()
         if config.tracking.enabled and (sweep_dir / res.SWEEP_FILE).exists():
             settings = tracking.StoreSettings.of(config.tracking)
             request = {"op": "sweep_end", "sweep_dir": str(sweep_dir.resolve()), "objective": str(config.objective),

@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -93,6 +94,9 @@ def serve() -> None:
     """The tracking process: answer requests from standard input until it closes.
 
     The answers own the real standard output; anything mlflow prints goes to stderr."""
+    # Ctrl-C reaches the whole process group: the job handles it and lets this process
+    # finish logging what was queued (bounded by the job's wait), so ignore it here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     tracking.warm()  # ~4 s of imports, before the first request arrives

@@ -214,7 +214,7 @@ def experiment_id(mlflow_client: Any, name: str, settings: Any) -> str:
         return found.experiment_id
     location = None
     if settings.artifact_root and _sqlite_path(settings.uri) is not None:
-        location = (Path(settings.artifact_root).resolve() / name.replace("/", "_")).as_uri()
+        location = (Path(settings.artifact_root).resolve() / _folder_name(name)).as_uri()
     try:
         return mlflow_client.create_experiment(name, artifact_location=location)
     except Exception:
@@ -222,6 +222,15 @@ def experiment_id(mlflow_client: Any, name: str, settings: Any) -> str:
         if found is None:
             raise
         return found.experiment_id
+
+
+def _folder_name(name: str) -> str:
+    """An experiment's artifact folder under the artifact root: one path component, never
+    ``.`` or ``..`` (``tracking.experiment=..`` must not escape the root)."""
+    import re
+
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "experiment"
+    return folder if folder.strip(".") else "_" + folder
 
 
 #: Errors that parallel writers to one store cause and a second attempt resolves: sqlite's
@@ -344,6 +353,21 @@ def log_results(results: Path, settings: Any | None = None) -> str:
         if record["tracking"] is None:
             raise TrackingError(f"{results}: the job ran with tracking=none: name a store to log it to")
         settings = StoreSettings.of(record["tracking"])
+    from filelock import FileLock, Timeout
+
+    try:  # one logger per folder at a time: the job's tracking process and a sync may overlap
+        with FileLock(str(results / ".mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
+            return _log_results_locked(results, record, settings)
+    except Timeout:
+        raise TrackingError(f"{results}: another process has been logging this folder for "
+                            f"{FOLDER_LOCK_TIMEOUT_S} s") from None
+
+
+#: How long a logger waits for another one logging the same folder.
+FOLDER_LOCK_TIMEOUT_S = 300
+
+
+def _log_results_locked(results: Path, record: dict[str, Any], settings: Any) -> str:
     marker = res.read_marker(results)
     if marker is not None and marker.get("uri") == settings.uri:
         return marker["run_id"]
@@ -463,8 +487,9 @@ class Tracker:
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.sync", "--stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, bufsize=0,
         )
+        self._buffer = b""  # answers read but not yet taken (os.read, so select sees every byte)
         self._pending = 0
         self._opened: set[str] = set()
 
@@ -474,19 +499,22 @@ class Tracker:
     def send(self, request: dict[str, Any]) -> None:
         """Queue a request without waiting for its answer (requests run one at a time, in order)."""
         try:
-            self._proc.stdin.write(json.dumps(request) + "\n")
-            self._proc.stdin.flush()
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError, ValueError) as exc:
             raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
         self._pending += 1
 
-    def call(self, request: dict[str, Any]) -> Any:
+    def call(self, request: dict[str, Any], timeout: float | None = None) -> Any:
         """Send a request and return its answer's result (answers of earlier requests that
-        failed are logged as warnings); TrackingError when it failed."""
+        failed are logged as warnings); TrackingError when it failed or ``timeout`` seconds
+        passed without its answer."""
         self.send(request)
+        deadline = None if timeout is None else time.monotonic() + timeout
         answer: dict[str, Any] = {}
         while self._pending:
-            line = self._proc.stdout.readline()
+            line = self._read_line(deadline)
+            if line is None:
+                raise TrackingError(f"no answer from the MLflow tracking process within {timeout:.0f} s")
             if not line:
                 code = self._proc.wait()
                 self._log.seek(0)
@@ -499,6 +527,23 @@ class Tracker:
         if not answer.get("ok"):
             raise TrackingError(answer.get("error", "no answer"))
         return answer.get("result")
+
+    def _read_line(self, deadline: float | None) -> bytes | None:
+        """One answer line; b"" when the process is gone, None when ``deadline`` passed."""
+        import select
+
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if deadline is not None:
+                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b""
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line + b"\n"
 
     def open(self, settings: StoreSettings) -> None:
         """Open (create) the store in the background, once per store."""
@@ -715,3 +760,61 @@ def log_report(
             raise
         mlflow_client.set_terminated(run_id, status="FINISHED")
         return run_id
+
+
+# --------------------------------------------------------------------------- credentials
+import re  # noqa: E402  (only this section needs it)
+
+#: Where MLflow's client reads a team server's credentials from (docs/team-server.md). The
+#: values must never reach a param, a tag, a record, a message or a log.
+CREDENTIAL_ENV = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/?#@\s]*):(?P<secret>[^@/?#\s]*)@")
+
+
+def redact(text: str) -> str:
+    """``text`` (a URI, a message, a config dump) with every password hidden: the password of
+    a ``scheme://user:password@host`` URL becomes ``***``, and so does any occurrence of the
+    values of :data:`CREDENTIAL_ENV` in this process's environment."""
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
+    for name in CREDENTIAL_ENV:
+        secret = os.environ.get(name, "")
+        if len(secret) >= 4:  # a one-letter "password" would mangle every message
+            text = text.replace(secret, "***")
+    return text
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """401 or 403 when ``exc`` (or an exception it wraps) is the server refusing a request:
+    MLflow's REST errors carry an error code, the artifact uploads a requests response."""
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        code = getattr(err, "error_code", None)
+        if code == "UNAUTHENTICATED":
+            return 401
+        if code == "PERMISSION_DENIED":
+            return 403
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        if status in (401, 403):
+            return int(status)
+        found = re.search(r"\berror code (401|403)\b|\b(401|403) Client Error\b", str(err))
+        if found:
+            return int(found.group(1) or found.group(2))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def auth_refusal(exc: BaseException, uri: str) -> str | None:
+    """One line for a tracking server that refused the job's credentials (HTTP 401) or its
+    user's permission (HTTP 403), None for any other failure. No password in it."""
+    status = _http_status(exc)
+    if status == 401:
+        return (f"the MLflow server at {redact(uri)} refused the credentials "
+                "(set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
+    if status == 403:
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME") or "this user"
+        return (f"the MLflow server at {redact(uri)} denied {user} permission (HTTP 403): an admin grants "
+                "EDIT on the experiment, or sets default_permission = EDIT (docs/team-server.md)")
+    return None

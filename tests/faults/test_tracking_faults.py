@@ -1,0 +1,183 @@
+"""Lost runs and broken stores (issue 9), each reproduced as a user would meet it.
+
+- SIGINT / SIGTERM in the middle of a sequential sweep: finished jobs reach the store within
+  a bounded wait, the parent run is closed as KILLED, one line, exit 130 / 143.
+- ``kill -9`` of the sweep's process: one ``python -m pipeline.sync`` logs every finished job
+  exactly once, with its plots, and closes the parent as KILLED.
+- Two sweeps started together on a fresh sqlite store: both land, the store stays usable.
+- A store that cannot be made (a full disk, simulated with RLIMIT_FSIZE) leaves no
+  half-migrated store; a folder where the store should be fails in seconds with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import results as res
+from pipeline import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 300
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
+    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _sweep(tmp_path: Path, name: str, store: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "-m", *args, f"paths.root={tmp_path / name}", f"tracking.uri={store}",
+         f"hydra.sweep.dir={tmp_path / name / 'sweep'}"],
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_records(sweep: Path, proc: subprocess.Popen, n: int) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(list(sweep.glob("*/results/record.json"))) < n:
+        assert proc.poll() is None, f"the sweep ended before {n} jobs finished: {proc.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "timed out waiting for the sweep's jobs"
+        time.sleep(0.02)
+
+
+def _runs(store: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(tracking.TAG_SWEEP_PARENT) == "true"]
+    jobs = [r for r in runs if r.data.tags.get(tracking.TAG_SWEEP_PARENT) != "true"]
+    return parents, jobs
+
+
+def _migrated(tmp_path: Path) -> str:
+    db = tmp_path / "mlflow.db"
+    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
+    return f"sqlite:///{db}"
+
+
+def _assert_each_finished_job_once(sweep: Path, store: str, parent_status: str) -> int:
+    folders = res.find_results([sweep])
+    parents, jobs = _runs(store)
+    assert sorted(r.data.tags[tracking.TAG_JOB_KEY] for r in jobs) == sorted(
+        res.read_record(f)["job_key"] for f in folders)
+    assert {r.info.status for r in jobs} <= {"FINISHED"}
+    assert len(parents) == 1 and parents[0].info.status == parent_status
+    assert {r.data.tags[tracking.TAG_PARENT] for r in jobs} <= {parents[0].info.run_id}
+    for folder in folders:
+        assert res.has_plots(folder), folder
+        assert res.read_marker(folder) is not None
+    return len(folders)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, signum, code):
+    store = _migrated(tmp_path)
+    proc = _sweep(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
+    sweep = tmp_path / "s" / "sweep"
+    _wait_for_records(sweep, proc, 4)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
+    assert f"interrupted ({signal.Signals(signum).name}):" in line and "KILLED" in line
+    n = _assert_each_finished_job_once(sweep, store, "KILLED")
+    assert 4 <= n < 16 and f"{n} finished job(s) logged to MLflow" in line
+
+
+@pytest.mark.slow
+def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path):
+    store = _migrated(tmp_path)
+    proc = _sweep(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
+    sweep = tmp_path / "s" / "sweep"
+    _wait_for_records(sweep, proc, 9)
+    proc.kill()
+    proc.communicate(timeout=TIMEOUT_S)
+    time.sleep(1.0)  # the orphaned tracking process may still be logging: sync must not duplicate
+    done = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep)], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "closed 1 interrupted sweep(s)" in done.stdout
+    n = _assert_each_finished_job_once(sweep, store, "KILLED")
+    assert n >= 9
+    again = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep)], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert again.returncode == 0 and len(_runs(store)[1]) == n
+
+
+@pytest.mark.slow
+def test_two_sweeps_started_together_on_a_fresh_store_both_land(tmp_path):
+    store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
+    procs = [_sweep(tmp_path, name, store, "k=3,5") for name in ("a", "b")]
+    for proc in procs:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, err[-3000:]
+    parents, jobs = _runs(store)
+    assert len(parents) == 2 and len(jobs) == 4 and {r.info.status for r in jobs} == {"FINISHED"}
+    later = subprocess.run([sys.executable, "-m", "pipeline", "k=7", f"paths.root={tmp_path / 'c'}",
+                            f"tracking.uri={store}"], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                           timeout=TIMEOUT_S)
+    assert later.returncode == 0, later.stderr[-3000:]
+    assert not list((tmp_path / "fresh").glob(".*creating*"))
+
+
+FULL_DISK = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from pipeline import tracking
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
+    import mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+    try:
+        tracking.ensure_store(tracking.StoreSettings(sys.argv[1]))
+    except tracking.TrackingError as err:
+        print(str(err).splitlines()[0])
+        sys.exit(3)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_store_creation_leaves_no_half_made_store(tmp_path):
+    db = tmp_path / "store" / "mlflow.db"
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, f"sqlite:///{db}"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"cannot create the MLflow store {db}")
+    assert not db.exists() and not list(db.parent.glob(".mlflow.db.*"))
+    # With room again, the same store is made and works.
+    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
+    from mlflow import MlflowClient
+
+    assert MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+
+
+def test_a_folder_where_the_store_should_be_fails_fast_in_one_line(tmp_path):
+    (tmp_path / "out" / "mlflow.db").mkdir(parents=True)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", f"paths.root={tmp_path / 'out'}"], cwd=ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert time.monotonic() - start < 30  # the job itself takes a few seconds; the store check is instant
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert f"{tmp_path / 'out' / 'mlflow.db'} is a folder, not an MLflow sqlite store" in proc.stderr
+    assert (next((tmp_path / "out" / "runs").rglob("record.json"))).exists()  # the results are on disk
+
+
+def test_an_experiment_name_cannot_put_artifacts_outside_the_artifact_root():
+    for name in ("..", ".", "../../etc", "/abs/path", "a/../../b", "~"):
+        folder = tracking._folder_name(name)
+        assert "/" not in folder and folder not in (".", "..", "") and (Path("/root") / folder).parent == Path("/root")
+    assert tracking._folder_name("my/experiment") == "my_experiment"
+    assert tracking._folder_name("sample") == "sample"
