@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+import os
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
+from pipeline.errors import InputError
 from pipeline.run import run_job
+from pipeline.sweep import Interrupted, on_interrupt
 from pipeline import tracking
 
 
@@ -17,7 +21,23 @@ def main(cfg: DictConfig) -> float:
     return run_job(cfg)
 
 
+def check_command_line(argv: list[str]) -> None:
+    """``k=abc`` and the like: one line and exit status 2 before Hydra starts (Hydra itself
+    would print its error block and exit 1). ``HYDRA_FULL_ERROR=1`` leaves it to Hydra."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return
+    try:
+        pipeline.config.check_overrides(argv)
+    except InputError as err:
+        print(str(err), file=sys.stderr)
+        sys.exit(err.exit_code)
+
+
 if __name__ == "__main__":
+    check_command_line(sys.argv[1:])
     if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
-    main()
+    try:
+        main()
+    except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback
+        sys.exit(on_interrupt(getattr(stop, "signum", signal.SIGINT)))

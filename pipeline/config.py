@@ -79,7 +79,84 @@ def check(cfg: DictConfig) -> None:
     for group in ("dataset", "retriever", "reorder", "attention"):
         if cfg.get(group) is None:
             raise InputError(f"no {group} configured: choose one, e.g. {group}=...")
+        check_numbers(cfg[group], group)
     objective_k(cfg.objective, cfg.k_max)
+
+
+_NUMBERS = {int: (int,), float: (int, float), bool: (bool,)}
+
+
+def check_numbers(node: Any, where: str) -> None:
+    """InputError when a key of a ``_target_`` node that its function declares ``int``,
+    ``float`` or ``bool`` holds something else (``retriever.k1=abc``): the option groups
+    are not in the structured schema, and this runs before any data is loaded."""
+    import typing
+
+    from hydra.utils import get_object
+
+    if not isinstance(node, DictConfig):
+        return
+    for key in node:
+        if isinstance(node.get(key), DictConfig):
+            check_numbers(node.get(key), f"{where}.{key}")
+    target = node.get("_target_")
+    if not isinstance(target, str):
+        return
+    try:
+        obj = get_object(target)
+        hints = typing.get_type_hints(obj.__init__ if isinstance(obj, type) else obj)
+    except Exception:  # an unknown target is instantiate's to report; odd hints are skipped
+        return
+    for key, hint in hints.items():
+        if key not in node or key.startswith("_"):
+            continue
+        options = [t for t in typing.get_args(hint) if t is not type(None)] if typing.get_args(hint) else [hint]
+        allowed = tuple(t for option in options for t in _NUMBERS.get(option, (object,)))
+        if not allowed or object in allowed:
+            continue
+        value = node.get(key)
+        if value is None and type(None) in typing.get_args(hint):
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            kind = " or ".join(t.__name__ for t in options)
+            raise InputError(f"{where}.{key} must be {kind}, got {value!r}")
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Command-line values of the structured schema's keys (``k=abc``, ``gain=cubic``),
+    checked with OmegaConf's own conversion rules before Hydra composes: InputError names the
+    override. Anything else (unknown keys, syntax, groups) is left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("-")])
+    except Exception:
+        return
+    schema = OmegaConf.structured(PipelineConfig)
+    for override in parsed:
+        key = override.key_or_group
+        if override.is_delete() or override.package or OmegaConf.select(schema, key, default=_MISSING) is _MISSING:
+            continue
+        if not isinstance(OmegaConf.select(schema, key), (int, float, bool, str, Enum, type(None))):
+            continue
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                continue
+            values = list(override.sweep_iterator())
+        else:
+            values = [override.value()]
+        for value in values:
+            if isinstance(value, str) and "${" in value:
+                continue
+            try:
+                OmegaConf.update(schema.copy(), key, value, merge=True)
+            except OmegaConfBaseException as err:
+                msg = str(err).splitlines()[0]
+                raise InputError(f"{key}={value}: {msg}") from None
+
+
+_MISSING = object()
 
 
 def objective_k(objective: str, k_max: int) -> int | None:

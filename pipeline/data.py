@@ -99,6 +99,10 @@ def _as_id(value: Any, key: str, path: Path | str, no: int) -> str:
     if isinstance(value, str):
         if not value.strip():
             raise InputError(f"{key!r} is empty", path, no)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a JSON escape like "\ud800": no UTF-8 file could hold it
+            raise InputError(f"{key!r} contains a lone surrogate", path, no) from None
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # some corpora write numeric ids; they are compared as strings

@@ -10,7 +10,22 @@ lines on ``\n``, ``\r\n`` and a bare ``\r``, so they give the same answer for th
   and counted; duplicates whose grades disagree are an error (:func:`dedupe_judgments`, the
   one rule for judgments from any source).
 - run: TREC ``qid Q0 docid rank score tag``. A document listed twice for one query is an
-  error. ``.gz`` is accepted for both.
+  error. ``.gz`` is accepted for both, and ``-`` (standard input) or a pipe for either.
+
+Fields. A line is split on tabs when it holds exactly the expected number of tab-separated
+fields (6 for a run, 4 for TREC qrels, 3 for BEIR qrels), each field then stripped of
+surrounding whitespace: so ids may contain spaces in tab-separated files (BEIR ids often
+do). Any other line is split on runs of whitespace (Python's ``str.split()``). Ids are
+never empty. A grade is an ASCII integer (``[+-]?[0-9]+``) that fits 64 bits; a score is an
+ASCII decimal number (``1``, ``-0.5``, ``.5``, ``1e-3``) that is finite as a 64-bit float.
+
+Writing (:func:`write_run`): columns are separated by one space, or by one tab when some
+query or document id contains whitespace, so that every id reads back as it was written
+(by this module, and by any reader that splits on tabs). An id that cannot round-trip is
+refused with :class:`InputError` naming it: an empty id, one with a tab, line break or
+leading/trailing whitespace, or one with a lone surrogate (``"\\ud800"``, which JSON allows
+and UTF-8 cannot encode). The file is written to a temporary name and renamed: a failed
+write leaves nothing behind.
 
 Tie rules: the order of a query's documents whose scores are equal. Every consumer of a run
 (``python -m pipeline.score --tie-break``, ``retriever=run_file``'s ``tie_break``) uses
@@ -28,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +52,7 @@ import pyarrow.csv as pa_csv
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.readers import first_text_line, require_file, text_lines
+from pipeline.readers import buffered, first_text_line, require_file, text_lines
 
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -102,36 +118,69 @@ def _check_exists(path: str | Path, what: str) -> tuple[Path, str]:
     return path, first
 
 
-def _lines(path: Path, what: str) -> Iterator[tuple[int, list[str]]]:
-    """(1-based line number, whitespace-split fields) for every non-blank line."""
+def split_fields(line: str, n_fields: int | None = None) -> list[str]:
+    """The fields of one line: tab-separated when it holds exactly ``n_fields`` of them (each
+    stripped), else split on runs of whitespace (the module docstring's rule)."""
+    if n_fields is not None and "\t" in line:
+        fields = line.split("\t")
+        if len(fields) == n_fields:
+            return [f.strip() for f in fields]
+    return line.split()
+
+
+def _lines(path: Path, what: str, n_fields: int | None = None) -> Iterator[tuple[int, list[str]]]:
+    """(1-based line number, fields) for every non-blank line (see :func:`split_fields`)."""
     for no, line in text_lines(path, what, universal_newlines=True):
-        fields = line.split()
+        fields = split_fields(line, n_fields)
         if fields:
             yield no, fields
 
 
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_INT64 = (-(2**63), 2**63 - 1)
+#: Every character ``str.split()`` splits on (the fast reader must not accept ids holding one).
+_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+_WS_CLASS = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in _WHITESPACE) + "]"
+
+
 def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
+    return _INT.fullmatch(text) is not None
+
+
+def _int_problem(text: str) -> str | None:
+    """Why ``text`` is not a grade (None when it is one)."""
+    if not _is_int(text):
+        return f"grade {text!r} is not an integer"
+    if not _INT64[0] <= int(text) <= _INT64[1]:
+        return f"grade {text} does not fit a 64-bit integer"
+    return None
 
 
 def _is_float(text: str) -> bool:
-    try:
-        value = float(text)
-    except ValueError:
+    if _FLOAT.fullmatch(text) is None:
         return False
-    return bool(np.isfinite(value))
+    return bool(np.isfinite(float(text)))
+
+
+def _clean_ids(array: pa.Array | pa.ChunkedArray, delimiter: str) -> bool:
+    """True when the fast reader's ids are what the line-by-line rule would give: non-empty,
+    and without whitespace (space-separated) or surrounding whitespace (tab-separated)."""
+    values = pc.unique(array)
+    if len(values) == 0:
+        return True
+    pattern = _WS_CLASS if delimiter == " " else f"^{_WS_CLASS}|{_WS_CLASS}$"
+    bad = pc.or_(pc.equal(values, ""), pc.match_substring_regex(values, pattern))
+    return not pc.any(bad).as_py()
 
 
 def _read_fast(path: Path, names: list[str], types: dict[str, pa.DataType], delimiter: str) -> pa.Table | None:
     """pyarrow's multithreaded CSV reader; None when the file is not in the plain layout
     (runs of spaces, trailing blanks, bad values...): the caller then parses line by line."""
+    data = buffered(path)
     try:
         return pa_csv.read_csv(
-            path,
+            path if data is None else pa.BufferReader(data),
             read_options=pa_csv.ReadOptions(column_names=names),
             parse_options=pa_csv.ParseOptions(
                 delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=True
@@ -174,9 +223,9 @@ def _first_duplicate(key: NDArray[np.int64]) -> NDArray[np.bool_]:
 def read_qrels(path: str | Path) -> QrelsFile:
     """Read TREC or BEIR qrels; see the module docstring for the rules."""
     path, first_line = _check_exists(path, "qrels")
-    first = first_line.split()
-    if len(first) != 4 and len(first_line.split("\t")) == 3:  # BEIR ids may hold spaces
-        first = [f.strip() for f in first_line.split("\t")]
+    first = split_fields(first_line, 4)
+    if len(first) != 4:
+        first = split_fields(first_line, 3)  # BEIR ids may hold spaces
     if len(first) == 3:
         if tuple(f.lower() for f in first) != BEIR_QRELS_HEADER:
             raise InputError(
@@ -197,20 +246,34 @@ def read_qrels(path: str | Path) -> QrelsFile:
         )
     n_fields = len(names)
     delimiter = "\t" if "\t" in first_line else " "
-    table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "g": pa.int64()}, delimiter)
+    table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "g": pa.string()}, delimiter)
     if table is not None and n_fields == 3:
         table = table.slice(1)  # the header line
-    if table is None:
+    grades = None if table is None else _fast_grades(table["g"])
+    if table is None or grades is None or not _clean_ids(table["q"], delimiter) or not _clean_ids(table["d"], delimiter):
         query, doc, grades, lines = _parse_qrels_slowly(path, n_fields)
         return dedupe_judgments(query, doc, grades, path, lines)
+    if not table.num_rows:
+        raise InputError("qrels file has no judgments", path)
     # Line numbers are only needed to report disagreeing grades: read them then.
     return dedupe_judgments(
         table["q"].combine_chunks(),
         table["d"].combine_chunks(),
-        table["g"].to_numpy().astype(np.int64),
+        grades,
         path,
         lambda: _parse_qrels_slowly(path, n_fields)[3],
     )
+
+
+def _fast_grades(column: pa.ChunkedArray) -> NDArray[np.int64] | None:
+    """The grades as int64 when every one is a plain ASCII integer that fits; else None (the
+    line-by-line reader then names the bad line)."""
+    if len(column) and not pc.all(pc.match_substring_regex(column, r"^-?[0-9]+$")).as_py():
+        return None
+    try:
+        return column.cast(pa.int64()).to_numpy().astype(np.int64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def dedupe_judgments(
@@ -260,7 +323,7 @@ def _parse_qrels_slowly(
     docs: list[str] = []
     grades: list[int] = []
     numbers: list[int] = []
-    lines = _lines(path, "qrels")
+    lines = _lines(path, "qrels", n_fields)
     if n_fields == 3:
         next(lines, None)  # header, already checked
     problem: InputError | None = None
@@ -268,9 +331,13 @@ def _parse_qrels_slowly(
         if len(fields) != n_fields:
             problem = InputError(f"expected {n_fields} columns, found {len(fields)}", path, no)
             break
+        if not (fields[0] and fields[-2]):
+            problem = InputError("empty query or document id (two tabs in a row?)", path, no)
+            break
         grade_text = fields[-1]
-        if not _is_int(grade_text):
-            problem = InputError(f"grade {grade_text!r} is not an integer", path, no)
+        bad = _int_problem(grade_text)
+        if bad is not None:
+            problem = InputError(bad, path, no)
             break
         queries.append(fields[0])
         docs.append(fields[1 if n_fields == 3 else 2])
@@ -288,10 +355,24 @@ def _parse_qrels_slowly(
 
 def judgment_line(path: Path, qid: str, did: str) -> int | None:
     """Line of the first judgment (qid, did) in a TREC or BEIR qrels file (error paths only)."""
-    for no, fields in _lines(path, "qrels"):
+    for no, fields in _lines(path, "qrels", len(_first_fields(path))):
         if len(fields) >= 3 and fields[0] == qid and fields[-2] == did:
             return no
     return None
+
+
+def grade_line(path: Path, at_least: int) -> int | None:
+    """Line of the first judgment whose grade is >= ``at_least`` (error paths only)."""
+    for no, fields in _lines(path, "qrels", len(_first_fields(path))):
+        if fields and _is_int(fields[-1]) and int(fields[-1]) >= at_least:
+            return no
+    return None
+
+
+def _first_fields(path: Path) -> list[str]:
+    first = first_text_line(path, "qrels", universal_newlines=True) or ""
+    fields = split_fields(first, 4)
+    return fields if len(fields) == 4 else split_fields(first, 3)
 
 
 # --------------------------------------------------------------------------- runs
@@ -303,14 +384,16 @@ def read_run(path: str | Path) -> RunFile:
     delimiter = "\t" if "\t" in first_line else " "
     names = ["q", "q0", "d", "rank", "s", "tag"]
     table = _read_fast(path, names, {"q": pa.string(), "d": pa.string(), "s": pa.float64(), "tag": pa.string()}, delimiter)
-    if table is not None and len(first_line.split()) != 6:
+    if table is not None and len(split_fields(first_line, 6)) != 6:
         table = None  # e.g. a 7-field first line that the fast reader took as 6
+    if table is not None and not (_clean_ids(table["q"], delimiter) and _clean_ids(table["d"], delimiter)):
+        table = None  # ids the line-by-line rule splits or strips differently
     scores = None if table is None else table["s"].to_numpy()
     if scores is None or not np.isfinite(scores).all():
         query, doc, scores, tag = _parse_run_slowly(path)
     else:
         query, doc = table["q"], table["d"]
-        tag = str(table["tag"][0]) if table.num_rows else ""
+        tag = str(table["tag"][0]).strip() if table.num_rows else ""
     q_codes, q_dict = _codes(query)
     d_codes, d_dict = _codes(doc)
     # A document listed twice for one query makes every metric ambiguous: refuse it.
@@ -325,11 +408,13 @@ def _parse_run_slowly(path: Path) -> tuple[pa.Array, pa.Array, NDArray[np.float6
     docs: list[str] = []
     scores: list[float] = []
     tag = ""
-    for no, fields in _lines(path, "run"):
+    for no, fields in _lines(path, "run", 6):
         if len(fields) != 6:
             raise InputError(
                 f"expected 6 columns (qid Q0 docid rank score tag), found {len(fields)}", path, no
             )
+        if not (fields[0] and fields[2]):
+            raise InputError("empty query or document id (two tabs in a row?)", path, no)
         if not _is_float(fields[4]):
             raise InputError(f"score {fields[4]!r} is not a finite number", path, no)
         key = (fields[0], fields[2])
@@ -347,6 +432,24 @@ def _parse_run_slowly(path: Path) -> tuple[pa.Array, pa.Array, NDArray[np.float6
     return pa.array(queries, pa.string()), pa.array(docs, pa.string()), np.array(scores, np.float64), tag
 
 
+def _check_writable_id(value: str, what: str, path: Path) -> None:
+    """InputError unless ``value`` reads back unchanged from a (tab-separated) run file."""
+    problem = None
+    if not value:
+        problem = "is empty"
+    elif any(c in value for c in "\t\n\r"):
+        problem = "contains a tab or a line break"
+    elif value != value.strip():
+        problem = "starts or ends with whitespace"
+    else:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            problem = f"contains a lone surrogate (U+{ord(value[exc.start]):04X}) that UTF-8 cannot encode"
+    if problem is not None:
+        raise InputError(f"cannot write the run: {what} id {value!r} {problem}", path)
+
+
 def write_run(
     path: str | Path,
     query_ids: list[str],
@@ -359,30 +462,42 @@ def write_run(
 
     Scores are written with 9 significant digits so float32 values round-trip. The tag is
     one TREC field: whitespace in it becomes ``_`` (``bm25-none-k10 k1=1.5`` ->
-    ``bm25-none-k10_k1=1.5``).
+    ``bm25-none-k10_k1=1.5``). Columns are separated by spaces, or by tabs when an id holds
+    whitespace; an id that cannot round-trip is an InputError (the module docstring). The
+    file is written atomically (``.gz``: gzip).
     """
-    import re
+    import gzip
 
-    import pandas as pd  # writing is off the scorer's hot path
+    from pipeline.results import atomic_open  # an input/output module, like this one
 
     tag = re.sub(r"\s+", "_", tag.strip()) or "pipeline"
     path = Path(path)
+    doc_idx = np.asarray(doc_idx)
     valid = doc_idx >= 0
     q_rows, cols = np.nonzero(valid)
-    docs = np.asarray(doc_ids, dtype=object)[doc_idx[valid]]
-    qids = np.asarray(query_ids, dtype=object)[q_rows]
-    frame = pd.DataFrame(
-        {
-            "qid": qids,
-            "q0": "Q0",
-            "docid": docs,
-            "rank": cols + 1,
-            "score": np.char.mod("%.9g", scores[valid].astype(np.float64)),
-            "tag": tag,
-        }
-    )
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_csv(
-        tmp, sep=" ", header=False, index=False, quoting=3, compression="gzip" if path.suffix == ".gz" else None
-    )
-    tmp.replace(path)
+    used_docs = np.unique(doc_idx[valid])
+    doc_array = np.asarray(doc_ids, dtype=object)
+    query_array = np.asarray(query_ids, dtype=object)
+    used_queries = np.unique(q_rows)
+    separator = " "
+    for what, values in (("query", query_array[used_queries]), ("document", doc_array[used_docs])):
+        for value in values:
+            value = str(value)
+            if value.isprintable() and " " not in value and value:
+                continue  # the common case, checked fast
+            _check_writable_id(value, what, path)
+            if any(c.isspace() for c in value):
+                separator = "\t"
+    docs = doc_array[doc_idx[valid]]
+    qids = query_array[q_rows]
+    text = np.char.mod("%.9g", scores[valid].astype(np.float64))
+    ranks = cols + 1
+    lines = [
+        separator.join((q, "Q0", d, str(r), s, tag)) + "\n"
+        for q, d, r, s in zip(qids.tolist(), docs.tolist(), ranks.tolist(), text.tolist())
+    ]
+    with atomic_open(path, "wb") as fh:
+        out = gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) if path.suffix == ".gz" else fh
+        out.write("".join(lines).encode("utf-8"))
+        if out is not fh:
+            out.close()

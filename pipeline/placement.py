@@ -122,8 +122,16 @@ def place(
 
 
 def _checked_permutation(permutation: NDArray[np.int64], k: int) -> NDArray[np.int64]:
+    """``permutation`` as int64 when it is a permutation of 0..k-1 (an O(k) check); else ValueError."""
     permutation = np.asarray(permutation)
-    if permutation.shape != (k,) or not np.array_equal(np.sort(permutation), np.arange(k)):
+    ok = permutation.shape == (k,) and np.issubdtype(permutation.dtype, np.integer)
+    if ok and k:
+        ok = bool(permutation.min() >= 0 and permutation.max() < k)
+        if ok:
+            seen = np.zeros(k, np.bool_)
+            seen[permutation] = True
+            ok = bool(seen.all())
+    if not ok:
         raise ValueError(f"placement strategy returned {permutation!r}, not a permutation of 0..{k - 1}")
     return permutation.astype(np.int64, copy=False)
 
@@ -169,22 +177,38 @@ def context_utility(
             f"context_utility: grades {grades.shape} and ideal {ideal.shape} must be "
             "[n_queries, depth] with the same number of queries"
         )
-    gains = gain_values(_columns(grades, k_max), gain)  # type: ignore[arg-type]
+    # Only the leading columns where some gain is not 0 can add to a sum: the work per K is
+    # O(K) for the curve and the placement plus O(n_queries x width), width <= the depth of
+    # the ranking, not O(n_queries x K).
+    gains = gain_values(_columns(grades, min(k_max, grades.shape[1])), gain)  # type: ignore[arg-type]
     # Sorting is cheap and makes the denominator right even for an unsorted ideal array.
-    ideal_gains = gain_values(-np.sort(-_columns(ideal, max(k_max, ideal.shape[1])), axis=1), gain)  # type: ignore[arg-type]
+    ideal_gains = gain_values(-np.sort(-np.asarray(ideal, dtype=np.float64), axis=1)[:, :k_max], gain)  # type: ignore[arg-type]
+    width = max(_used_width(gains), _used_width(ideal_gains))
+    gains, ideal_gains = _columns(gains, width), _columns(ideal_gains, width)
     utility = np.zeros((grades.shape[0], k_max), dtype=np.float64)
     for k in range(1, k_max + 1):
         weights = np.asarray(curve(k), dtype=np.float64)
         if weights.shape != (k,) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
             raise ValueError(f"attention curve gave {weights!r} for K = {k}: need {k} finite weights >= 0")
         permutation = _checked_permutation(strategy(k, weights), k)
+        w = min(k, width)
+        if w == 0:
+            continue
         # Weight received by each rank: the chunk of rank r sits in slot s where
         # permutation[s] = r. Summing over ranks (not slots) makes the numerator of the
         # attention-optimal placement of an ideal ranking the very same float sum as the
-        # denominator, so it scores exactly 1.
-        weight_of_rank = np.empty(k, dtype=np.float64)
-        weight_of_rank[permutation] = weights
-        numerator = (gains[:, :k] * weight_of_rank).sum(axis=1)
-        denominator = (ideal_gains[:, :k] * -np.sort(-weights)).sum(axis=1)
+        # denominator (same products, same length w), so it scores exactly 1.
+        slot_of_rank = np.empty(k, dtype=np.int64)
+        slot_of_rank[permutation] = np.arange(k, dtype=np.int64)
+        weight_of_rank = weights[slot_of_rank[:w]]
+        best_weights = -np.sort(-weights if w == k else np.partition(-weights, w - 1)[:w])
+        numerator = (gains[:, :w] * weight_of_rank).sum(axis=1)
+        denominator = (ideal_gains[:, :w] * best_weights).sum(axis=1)
         np.divide(numerator, denominator, out=utility[:, k - 1], where=denominator > 0)
     return utility
+
+
+def _used_width(values: NDArray[np.float64]) -> int:
+    """1 + the last column holding a value other than 0 (0 when there is none)."""
+    nonzero = np.flatnonzero((values != 0).any(axis=0))
+    return int(nonzero[-1]) + 1 if len(nonzero) else 0

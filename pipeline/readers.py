@@ -11,12 +11,20 @@ The one line reader of the project: ``pipeline.formats`` (qrels, runs) and ``pip
 - Lines are numbered from 1 (blank lines count but are not yielded).
 - A read fault (truncated or corrupt gzip, I/O error) and a bad UTF-8 byte raise
   :class:`~pipeline.errors.InputError` naming the file and the line.
+- Standard input (the path ``-``, named ``<stdin>`` in messages) and pipes (``<(zcat run.gz)``,
+  a FIFO) can be read only once, so :func:`require_file` reads them whole into memory, once,
+  and every later read of that path (the fast reader, the line-by-line reader) reads those
+  bytes; gzip is recognized by its magic bytes there, as a pipe has no file name to go by.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
+import os
 import re
+import stat
+import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from itertools import chain
@@ -29,20 +37,63 @@ BOM = b"\xef\xbb\xbf"
 _AFTER_BARE_CR = re.compile(rb"(?<=\r)(?!\n)")  # the point after a \r that no \n follows
 
 
+STDIN = "<stdin>"  # the name of standard input (the path ``-``) in messages
+GZIP_MAGIC = b"\x1f\x8b"
+#: Contents of the streams that can be read only once (stdin, pipes), decompressed, by path.
+_STREAMS: dict[str, bytes] = {}
+
+
 def open_binary(path: Path) -> IO[bytes]:
-    """Open ``path`` for binary line iteration, ``.gz`` decompressed on the fly."""
+    """Open ``path`` for binary line iteration, ``.gz`` decompressed on the fly (a stream
+    read by :func:`require_file` comes from memory)."""
+    if str(path) in _STREAMS:
+        return io.BytesIO(_STREAMS[str(path)])
     if path.suffix == ".gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
 
 
+def buffered(path: Path) -> bytes | None:
+    """The bytes of a stream :func:`require_file` read into memory; None for a plain file."""
+    return _STREAMS.get(str(path))
+
+
+def _read_stream(fh: IO[bytes], path: Path, what: str) -> None:
+    try:
+        data = fh.read()
+        if data.startswith(GZIP_MAGIC):
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"cannot read {what} file ({exc})", path) from None
+    _STREAMS[str(path)] = data
+
+
 def require_file(path: str | Path, what: str) -> Path:
-    """``path`` (``~`` expanded) when it names a file; else InputError ("corpus file not found")."""
+    """``path`` (``~`` expanded) when it names a file; else InputError ("corpus file not found").
+
+    ``-`` is standard input (returned as ``<stdin>``); it and a pipe are read whole, once."""
+    if str(path) in ("-", STDIN):
+        stdin = Path(STDIN)
+        if STDIN not in _STREAMS:
+            _read_stream(sys.stdin.buffer, stdin, what)
+        return stdin
     path = Path(path).expanduser()
+    if str(path) in _STREAMS:
+        return path
     if not path.exists():
         raise InputError(f"{what} file not found", path)
     if path.is_dir():
         raise InputError(f"{what} path is a folder, expected a file", path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise InputError(f"cannot read {what} file ({exc.strerror})", path) from None
+    if not stat.S_ISREG(mode):  # a pipe or a device: it can be read only once
+        try:
+            with open(path, "rb") as fh:
+                _read_stream(fh, path, what)
+        except OSError as exc:
+            raise InputError(f"cannot read {what} file ({exc.strerror})", path) from None
     return path
 
 

@@ -239,7 +239,8 @@ def run(cfg: DictConfig) -> float:
 
     with _timed(timings, "load"):
         collection = load(cfg)
-    depth = max(cfg.k, cfg.k_max)
+    # Never deeper than the corpus; metrics still go to k_max (missing ranks are empty).
+    depth = min(max(cfg.k, cfg.k_max), collection.n_docs)
     with _timed(timings, "retrieve"):
         ranking, cache_hit = retrieve(cfg, collection, depth)
     with _timed(timings, "place"):

@@ -11,6 +11,17 @@ Ordering within a query (``--tie-break``, the tie rules of ``pipeline.formats``)
   docid_desc  score descending, then document id descending: trec_eval's own re-sort, so
               runs with tied scores give exactly trec_eval's numbers
 (``doc_index`` needs a corpus: score the run with ``retriever=run_file`` for it.)
+
+K beyond the run: metrics are computed up to the run's depth (the most documents any query
+retrieved) or the most relevant documents any query has, whichever is larger; beyond that
+nothing changes but precision's denominator, so precision_at_K = (# relevant retrieved) / K
+and every other family keeps its last value. The numbers are those a computation at every
+K would give, bit for bit, in memory and time independent of --k-max (a note on stderr says
+where computing stopped).
+
+QRELS or RUN may be - (standard input) or a pipe (<(zcat run.gz)): it is read once.
+With gain=exp a grade >= 1024 (2^g - 1 overflows a 64-bit float) is an error naming the
+qrels line; use --gain linear for such scales. --json output is always valid JSON.
 """
 
 from __future__ import annotations
@@ -28,8 +39,10 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.formats import TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, read_qrels, read_run, tie_break_rule
-from pipeline.metrics import Evaluation, Qrels, evaluate
+from pipeline.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
+                               tie_break_rule)
+from pipeline.readers import require_file
+from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate
 from retrievers.base import rows_to_ranking
 
 log = logging.getLogger(__name__)
@@ -40,8 +53,55 @@ DEFAULT_KS = (1, 3, 5, 10, 20, 100)
 @dataclass(frozen=True)
 class Scored:
     query_ids: list[str]
-    evaluation: Evaluation
+    evaluation: Evaluation  # computed up to evaluation.k_max <= k_max (see the module docstring)
     n_run_queries_unjudged: int  # queries in the run that have no judgments (ignored)
+    k_max: int = 0  # the K asked for; values beyond evaluation.k_max are derived (``values``)
+
+    def values(self, family: str, k: int) -> NDArray[np.float64]:
+        """Per-query ``family`` at cut-off ``k`` (1 <= k <= k_max), exact beyond the computed
+        depth: precision = hits / K, every other family unchanged."""
+        ev = self.evaluation
+        if not 1 <= k <= max(self.k_max, ev.k_max):
+            raise ValueError(f"K={k} is outside 1..k_max={max(self.k_max, ev.k_max)}")
+        if k <= ev.k_max:
+            return ev.values(family)[:, k - 1]
+        last = ev.values(family)[:, ev.k_max - 1]
+        if family == "precision":
+            hits = np.rint(last * ev.k_max).astype(np.int64)  # the integer count, exactly
+            return hits / np.float64(k)
+        return last
+
+    def means(self, ks: Sequence[int]) -> dict[str, float]:
+        """As ``Evaluation.means(ks)``, for any K up to k_max."""
+        ev = self.evaluation
+        inside = [k for k in ks if k <= ev.k_max]
+        computed = ev.means(inside)
+        beyond = [k for k in ks if k > ev.k_max]
+        mask = ev.evaluated
+        out: dict[str, float] = {}
+        for family in ev.families():
+            if beyond:
+                # The same reduction as Evaluation.curve (a column mean over a 2-D array).
+                block = np.stack([self.values(family, k) for k in beyond] + [np.zeros(len(mask))], axis=1)
+                derived = block[mask].mean(axis=0) if mask.any() else np.zeros(block.shape[1])
+                derived_at = dict(zip(beyond, derived.tolist()))
+            for k in ks:
+                key = f"{family}_at_{k}"
+                out[key] = computed[key] if k <= ev.k_max else float(derived_at[k])
+        for key in ("mrr", "map", "n_queries", "n_queries_no_relevant"):
+            out[key] = computed[key]
+        return out
+
+    def per_query(self, ks: Sequence[int]) -> dict[str, object]:
+        """The per-query table at ``ks`` as columns."""
+        ev = self.evaluation
+        table: dict[str, object] = {"query_id": list(self.query_ids)}
+        for family in ev.families():
+            table.update((f"{family}_at_{k}", self.values(family, k)) for k in ks)
+        table.update(ev.full)
+        table["n_relevant"] = ev.n_relevant
+        table["evaluated"] = ev.evaluated
+        return table
 
 
 def rank_run(
@@ -91,11 +151,27 @@ def score_files(
     relevance_level: int = 1,
     tie_break: str = "file_order",
 ) -> Scored:
+    """Read, rank and evaluate; InputError for bad files (see the module docstring for K)."""
     qrels_file = read_qrels(qrels_path)
     run = read_run(run_path)
     query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
-    evaluation = evaluate(doc_idx, qrels, k_max=k_max, gain=gain, relevance_level=relevance_level)  # type: ignore[arg-type]
-    return Scored(query_ids, evaluation, unjudged)
+    try:
+        check_gain_overflow(qrels, len(query_ids), gain)  # type: ignore[arg-type]
+    except ValueError as err:
+        top = int(np.maximum(qrels.grade, 0).max())
+        path = require_file(qrels_path, "qrels")
+        raise InputError(str(err), path, grade_line(path, min(top, EXP_GAIN_LIMIT))) from None
+    k_eval = min(k_max, computed_depth(doc_idx, qrels))
+    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain, relevance_level=relevance_level)  # type: ignore[arg-type]
+    return Scored(query_ids, evaluation, unjudged, k_max)
+
+
+def computed_depth(doc_idx: NDArray[np.int64], qrels: Qrels) -> int:
+    """The K beyond which only precision changes: the run's depth or the most judged
+    documents with a positive grade of any query (the ideal DCG grows until then)."""
+    positive = qrels.grade > 0
+    most_judged = int(np.bincount(qrels.query_idx[positive]).max()) if positive.any() else 0
+    return max(1, doc_idx.shape[1], most_judged)
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -164,43 +240,77 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.relevance_level < 1:
         print(f"error: --relevance-level must be >= 1, got {args.relevance_level}", file=sys.stderr)
         return 2
+    if args.qrels == "-" and args.run == "-":
+        print("error: only one of QRELS and RUN can be - (standard input)", file=sys.stderr)
+        return 2
     try:
         try:
             scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break)
         except ValueError as err:  # the computing code's word for a bad argument
             raise InputError(str(err)) from err
+        ev = scored.evaluation
+        means = scored.means(ks)
+        if args.per_query:
+            import pandas as pd
+
+            table = pd.DataFrame(scored.per_query(ks))
+            cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], "mrr", "map", "n_relevant",
+                    "evaluated"]
+            table = table[cols]
+        output = _render(args, means, ks, ev, table if args.per_query else None)
     except InputError as err:
         if args.debug:
             raise
         print(str(err), file=sys.stderr)
         return err.exit_code
-    ev = scored.evaluation
-    means = ev.means(ks)
+    if ev.k_max < k_max:
+        print(
+            f"note: computed K = 1..{ev.k_max} (the run's depth, or the most relevant documents of a query); "
+            f"beyond it only precision changes (hits / K), so K up to {k_max} is exact",
+            file=sys.stderr,
+        )
     if scored.n_run_queries_unjudged:
         print(
             f"note: {scored.n_run_queries_unjudged} queries of the run have no judgments and were ignored",
             file=sys.stderr,
         )
-    if args.per_query:
-        import pandas as pd
-
-        table = pd.DataFrame(ev.per_query(scored.query_ids))
-        cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], "mrr", "map", "n_relevant", "evaluated"]
-        table = table[cols]
-    if args.json:
-        if args.per_query:
-            rows = table.set_index("query_id").to_dict(orient="index")
-            print(json.dumps({"all": means, "per_query": rows}))
-        else:
-            print(json.dumps(means))
-        return 0
-    if args.per_query:
-        with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-        print()
-    print(_format_table(means, ks, ev.families()))
+    print(output)
     return 0
 
 
+def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int], ev: Evaluation, table) -> str:
+    """What main prints; InputError instead of NaN or Infinity (never invalid JSON)."""
+    values = [v for v in means.values()]
+    if table is not None:
+        values += table.select_dtypes("number").to_numpy(dtype=np.float64).ravel().tolist()
+    if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
+        raise InputError("a metric is not a finite number (grades too large for the gain? try --gain linear)")
+    if args.json:
+        payload = means if table is None else {"all": means, "per_query": table.set_index("query_id").to_dict(orient="index")}
+        return json.dumps(payload, allow_nan=False)
+    text = ""
+    if table is not None:
+        import pandas as pd
+
+        with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
+            text = table.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n\n"
+    return text + _format_table(means, ks, ev.families())
+
+
+def cli() -> int:
+    """``main()`` for the command line: output cut short by a closed pipe (``| head``) ends
+    quietly with status 141 (128 + SIGPIPE, as a process killed by it), no traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout again at exit
+        return 141
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -229,3 +229,25 @@ def test_value_error_from_computing_code_is_one_line_with_status_2(tmp_path, cap
     run = write(tmp_path / "run.txt", RUN)
     assert main([str(qrels), str(run)]) == 2
     assert capsys.readouterr().err.strip() == "error: k_max must be >= 1, got 0"
+
+
+def test_k_beyond_the_run_is_derived_bit_for_bit(tmp_path):
+    """Clamping K to the run's depth gives exactly what evaluating every K gives."""
+    from pipeline.formats import read_qrels, read_run
+    from pipeline.metrics import evaluate
+    from pipeline.score import rank_run, score_files
+
+    rng = np.random.default_rng(7)
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("".join(f"q{q} 0 d{d} {rng.integers(0, 4)}\n" for q in range(20) for d in range(0, 60, 3)))
+    run = tmp_path / "r.txt"
+    run.write_text("".join(f"q{q} Q0 d{d} {d} {rng.random():.6f} t\n" for q in range(20) for d in range(rng.integers(1, 15))))
+    ks = [1, 5, 14, 20, 33, 200]
+    scored = score_files(str(qrels), str(run), 200)
+    assert scored.evaluation.k_max < 200
+    _, doc_idx, q, _ = rank_run(read_run(run), read_qrels(qrels))
+    full = evaluate(doc_idx, q, k_max=200)
+    assert scored.means(ks) == full.means(ks)
+    for family in full.families():
+        for k in ks:
+            np.testing.assert_array_equal(scored.values(family, k), full.values(family)[:, k - 1])
