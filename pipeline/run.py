@@ -273,7 +273,7 @@ def run(cfg: DictConfig) -> float:
         "job_key": uuid.uuid4().hex,
         "experiment": experiment,
         "run_name": run_name,
-        "params": config.flatten(config.resolved(cfg)),
+        "params": {key: tracking.redact(value) for key, value in config.flatten(config.resolved(cfg)).items()},
         "metrics": {**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
         "curves": {f"curve/{family}": ev.curve(family).tolist() for family in CURVES},
         "tags": _tags(ctx, names, cache_hit, _sweep_info(ctx)),
@@ -294,7 +294,7 @@ def run(cfg: DictConfig) -> float:
                 tracker.log(results, settings, wait=False, note_failure=True)
             except tracking.TrackingError as err:  # the sweep's end (or pipeline.sync) logs it
                 log.warning("%s; the sweep's end will log %s", err, results)
-            print(f"MLflow run queued ({run_name}) in experiment {experiment!r} at {settings.uri}")
+            print(f"MLflow run queued ({run_name}) in experiment {experiment!r} at {tracking.redact(settings.uri)}")
         else:
             _track(tracker, settings, results, run_name, experiment)
     return objective
@@ -374,7 +374,7 @@ def _track(tracker: tracking.Tracker, settings: tracking.StoreSettings, results:
             f"{results.parent}` logs them once the store is back."
         ) from err
     log.info("track: %.2f s", time.perf_counter() - t0)
-    print(f"MLflow run {run_id} ({run_name}) in experiment {experiment!r} at {settings.uri}")
+    print(f"MLflow run {run_id} ({run_name}) in experiment {experiment!r} at {tracking.redact(settings.uri)}")
     return str(run_id)
 
 

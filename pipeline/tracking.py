@@ -109,13 +109,16 @@ def _sqlite_path(uri: str) -> Path | None:
 
 
 @contextmanager
-def _errors(what: str) -> Iterator[None]:
+def _errors(what: str, uri: str | None = None) -> Iterator[None]:
     try:
         yield
     except TrackingError:
         raise
     except Exception as exc:  # MlflowException, requests errors, sqlalchemy errors...
-        raise TrackingError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        refusal = auth_refusal(exc, uri) if uri is not None else None
+        if refusal is not None:
+            raise TrackingError(refusal) from exc
+        raise TrackingError(redact(f"{what}: {type(exc).__name__}: {exc}")) from exc
 
 
 def client(settings: Any):
@@ -259,7 +262,7 @@ def log_run(
 
     ``before_finish(client, run_id)`` runs after everything else is logged and before the run
     is marked FINISHED: a FINISHED run is a complete one."""
-    with _errors(f"MLflow tracking at {settings.uri} failed"):
+    with _errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
         mlflow_client = client(settings)
         from mlflow.entities import DatasetInput, InputTag, Metric, Param
         from mlflow.entities import Dataset as DatasetEntity
@@ -373,7 +376,7 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: Any) ->
         return marker["run_id"]
     start = time.perf_counter()
     ensure_plots(results, record)
-    with _errors(f"MLflow tracking at {settings.uri} failed"):
+    with _errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
         mlflow_client = client(settings)
         exp_id = _retrying(lambda: experiment_id(mlflow_client, record["experiment"], settings))
         for found in _runs_with_tags(mlflow_client, exp_id, {TAG_JOB_KEY: record["job_key"]}):
@@ -423,7 +426,7 @@ def sweep_parent(settings: Any, record: dict[str, Any]) -> str | None:
 def start_sweep(settings: Any, experiment: str, sweep_id: str, tags: Mapping[str, str]) -> dict[str, str]:
     """Create the store and the sweep's parent run before any job tracks (or find the
     parent a previous attempt made: one parent per sweep id)."""
-    with _errors(f"cannot start the sweep's MLflow parent run at {settings.uri}"):
+    with _errors(f"cannot start the sweep's MLflow parent run at {settings.uri}", settings.uri):
         ensure_store(settings)
         mlflow_client = client(settings)
         exp_id = _retrying(lambda: experiment_id(mlflow_client, experiment, settings))
@@ -449,7 +452,7 @@ def finish_sweep(
 ) -> None:
     """Log the summary folder (table, figure), the table itself, and the best job's tags and
     metrics to the parent run, then close it with ``status``."""
-    with _errors(f"cannot log the sweep summary to {settings.uri}"):
+    with _errors(f"cannot log the sweep summary to {settings.uri}", settings.uri):
         mlflow_client = client(settings)
         if tags or metrics:
             from mlflow.entities import Metric, RunTag

@@ -1,0 +1,241 @@
+"""Team scale on a real database: ``tracking=server`` against ``mlflow server`` with a
+PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it.
+
+- Three joblib sweeps of 8 jobs each, started at once by one user: 24 job runs and 3 parent
+  runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
+  parent, its metrics those of its folder.
+- A job without credentials is refused with one clear line, exit status 3 and its results
+  on disk; a second user's job with MLFLOW_TRACKING_USERNAME/PASSWORD lands in the shared
+  experiment; no password reaches params, tags, the job's output or its folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SWEEPS = 3
+KS = tuple(range(1, 9))  # 8 jobs per sweep
+SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~100 s on 2 idle cores, ~230 s on 2 busy ones
+JOB_TIMEOUT_S = 120
+EXPERIMENT = "sample"  # the default dataset's name
+RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \((?P<name>[^)]*)\) in experiment '(?P<exp>[^']*)' at (?P<uri>\S+)$", re.M)
+
+
+def refused_line(uri: str) -> str:
+    """The one line a job prints when the server answers 401 (no or wrong credentials).
+    pipeline/tracking.py maps MLflow's RestException 401/403 to it."""
+    return (f"error: the MLflow server at {uri} refused the credentials "
+            "(set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
+
+
+def _explain(proc_or_text) -> str:
+    if isinstance(proc_or_text, str):
+        return proc_or_text[-6000:]
+    p = proc_or_text
+    return f"exit {p.returncode}\n--- stdout ---\n{p.stdout[-4000:]}\n--- stderr ---\n{p.stderr[-4000:]}"
+
+
+def _job(team, user: str | None, folder: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline", "tracking=server", f"tracking.uri={team.uri}",
+           "tracking.http_retries=0", f"paths.root={folder}", f"hydra.run.dir={folder / 'run'}", *overrides]
+    return subprocess.run(cmd, cwd=REPO, env=team.env(user), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=JOB_TIMEOUT_S)
+
+
+def _no_secret(secret: str, where: str, text: str) -> None:
+    assert secret not in text, f"the password appears in {where}"
+
+
+def _files_without(secret: str, folder: Path) -> None:
+    """No file under ``folder`` holds the password (record.json, config.yaml, Hydra's own
+    .hydra/*.yaml, logs, markers...)."""
+    checked = 0
+    for path in folder.rglob("*"):
+        if path.is_file() and path.suffix not in {".png", ".npy", ".parquet"}:
+            _no_secret(secret, str(path), path.read_text(errors="replace"))
+            checked += 1
+    assert checked, f"no files under {folder}"
+
+
+def _run_without(secret: str, run) -> None:
+    for key, value in {**run.data.params, **run.data.tags}.items():
+        _no_secret(secret, f"param/tag {key} of run {run.info.run_id}", f"{key}={value}")
+
+
+# --------------------------------------------------------------------------- three sweeps at once
+@pytest.mark.slow
+def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path):
+    user = "alice"
+    password = team_server.users[user]
+    procs = []
+    for n in range(1, SWEEPS + 1):
+        root = tmp_path / f"sweep{n}"
+        root.mkdir()
+        cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=joblib", f"k={','.join(map(str, KS))}",
+               "tracking=server", f"tracking.uri={team_server.uri}", f"paths.root={root}",
+               f"hydra.sweep.dir={root / 'multirun'}"]
+        out, err = open(root / "stdout.txt", "wb"), open(root / "stderr.txt", "wb")
+        procs.append((root, subprocess.Popen(cmd, cwd=REPO, env=team_server.env(user), stdout=out, stderr=err,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)))
+        out.close()
+        err.close()
+
+    deadline = time.monotonic() + SWEEP_TIMEOUT_S
+    try:
+        for root, proc in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for _, proc in procs:  # the sweeps and their joblib workers and tracking processes
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+    outputs = {root: ((root / "stdout.txt").read_text(errors="replace"),
+                      (root / "stderr.txt").read_text(errors="replace")) for root, _ in procs}
+    for root, proc in procs:
+        stdout, stderr = outputs[root]
+        assert proc.returncode == 0, (f"{root.name} exited {proc.returncode} (-9: killed after "
+                                      f"{SWEEP_TIMEOUT_S} s)\n{_explain(stdout)}\n{_explain(stderr)}\n"
+                                      f"--- server ---\n{team_server.server.log_tail()}")
+
+    client = team_server.client("admin")
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None
+    all_runs = []
+    for root, _ in procs:
+        sweep_dir = root / "multirun"
+        sweep_id = json.loads((sweep_dir / "mlflow_sweep.json").read_text())["sweep_id"]
+        runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.sweep_id = '{sweep_id}'",
+                                  max_results=1000)
+        all_runs += runs
+        parents = [r for r in runs if r.data.tags.get("sweep_parent") == "true"]
+        assert len(parents) == 1, f"{root.name}: {len(parents)} parent runs for sweep {sweep_id}"
+        parent = parents[0]
+        assert parent.info.status == "FINISHED", f"{root.name}: parent run {parent.info.status}"
+        jobs = [r for r in runs if r is not parent]
+        assert sorted(r.info.run_name for r in jobs) == sorted(f"bm25-none-k{k}" for k in KS), root.name
+        assert len({r.data.tags["job_key"] for r in jobs}) == len(KS), f"{root.name}: a job logged twice"
+        for run in jobs:
+            assert run.info.status == "FINISHED", f"{root.name}: {run.info.run_name} is {run.info.status}"
+            assert run.data.tags.get("mlflow.parentRunId") == parent.info.run_id, \
+                f"{root.name}: {run.info.run_name} is not nested under its sweep's parent"
+        # Each run holds its own folder's numbers (no job logged into another's run).
+        on_disk = {}
+        for record in sweep_dir.glob("*/results/record.json"):
+            data = json.loads(record.read_text())
+            on_disk[data["run_name"]] = data["metrics"]
+            marker = json.loads((record.parent / "mlflow_run.json").read_text())
+            assert marker["uri"] == team_server.uri
+        assert sorted(on_disk) == sorted(r.info.run_name for r in jobs), f"{root.name}: job folders"
+        for run in jobs:
+            assert run.data.metrics["ndcg_at_10"] == pytest.approx(on_disk[run.info.run_name]["ndcg_at_10"],
+                                                                   rel=1e-12, abs=1e-15)
+            assert run.data.metrics["n_queries"] == on_disk[run.info.run_name]["n_queries"]
+
+    assert len(all_runs) == SWEEPS * (len(KS) + 1)
+    # They are in PostgreSQL: the server's backend store, read directly.
+    ids = [r.info.run_id for r in all_runs]
+    stored = team_server.postgres.query("mlflow", "SELECT run_uuid, status FROM runs WHERE run_uuid = ANY(%s)", (ids,))
+    assert sorted(stored) == sorted((r.info.run_id, "FINISHED") for r in all_runs)
+
+    for root, _ in procs:  # alice's password: nowhere in what the sweeps wrote or logged
+        stdout, stderr = outputs[root]
+        _no_secret(password, f"{root.name} stdout", stdout)
+        _no_secret(password, f"{root.name} stderr", stderr)
+        _files_without(password, root / "multirun")
+    for run in all_runs:
+        _run_without(password, run)
+
+
+# --------------------------------------------------------------------------- credentials
+@pytest.mark.slow
+def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path):
+    # No credentials: refused with one clear line; the results are on disk.
+    anon = _job(team_server, None, tmp_path / "anon")
+    assert anon.returncode == 3, _explain(anon)
+    results = (tmp_path / "anon" / "run" / "results").resolve()
+    errors = [line for line in anon.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [refused_line(team_server.uri)], _explain(anon)
+    assert f"The results are safe on disk in {results}" in anon.stderr, _explain(anon)
+    assert "Traceback" not in anon.stdout + anon.stderr, _explain(anon)
+    assert "MLflow run" not in anon.stdout
+    assert json.loads((results / "metrics.json").read_text())["metrics"]["ndcg_at_10"] > 0
+    assert (results / "record.json").is_file()
+
+    # bob (not the user whose sweeps may have created the experiment) logs with his credentials.
+    user = "bob"
+    password = team_server.users[user]
+    job = _job(team_server, user, tmp_path / "bob")
+    assert job.returncode == 0, _explain(job)
+    match = RUN_LINE.search(job.stdout)
+    assert match, f"no 'MLflow run ...' line\n{_explain(job)}"
+    assert (match["exp"], match["uri"]) == (EXPERIMENT, team_server.uri)
+    run = team_server.client("admin").get_run(match["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params, "no params logged"
+    bob_results = tmp_path / "bob" / "run" / "results"
+    on_disk = json.loads((bob_results / "metrics.json").read_text())["metrics"]
+    assert run.data.metrics["ndcg_at_10"] == pytest.approx(on_disk["ndcg_at_10"], rel=1e-12, abs=1e-15)
+
+    # The password is nowhere: params, tags, output, record.json, config.yaml, Hydra's files.
+    _run_without(password, run)
+    _no_secret(password, "the job's stdout", job.stdout)
+    _no_secret(password, "the job's stderr", job.stderr)
+    for name in ("record.json", "config.yaml"):
+        assert (bob_results / name).is_file(), name
+    _files_without(password, tmp_path / "bob")
+    # ... nor in what the server stored for the run (the artifacts it was sent).
+    for path in team_server.server.artifacts.rglob("*"):
+        if path.is_file() and path.suffix != ".png":
+            _no_secret(password, f"server artifact {path}", path.read_text(errors="replace"))
+
+
+# --------------------------------------------------------------------------- the helpers (no server)
+def test_redact_hides_passwords(monkeypatch):
+    from pipeline.tracking import redact
+
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "env-Secret-123456")
+    text = ("http://bob:url-Secret-123456@mlflow.lab:5000/#/ postgresql://mlflow:db-Secret-1@127.0.0.1:5432/mlflow "
+            "password env-Secret-123456 at http://127.0.0.1:5000")
+    out = redact(text)
+    for secret in ("url-Secret-123456", "db-Secret-1", "env-Secret-123456"):
+        assert secret not in out
+    assert "http://bob:***@mlflow.lab:5000/#/" in out
+    assert "postgresql://mlflow:***@127.0.0.1:5432/mlflow" in out
+    assert out.endswith("at http://127.0.0.1:5000")
+    assert redact("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+def test_auth_refusal_names_the_fix(monkeypatch):
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, UNAUTHENTICATED
+
+    from pipeline.tracking import auth_refusal
+
+    uri = "http://127.0.0.1:5000"
+    try:  # wrapped, as the tracking code re-raises it
+        try:
+            raise MlflowException("API request to endpoint ... failed with error code 401 != 200",
+                                  error_code=UNAUTHENTICATED)
+        except MlflowException as exc:
+            raise RuntimeError("logging failed") from exc
+    except RuntimeError as wrapped:
+        assert auth_refusal(wrapped, uri) == refused_line(uri).removeprefix("error: ")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "bob")
+    denied = auth_refusal(MlflowException("Permission denied", error_code=PERMISSION_DENIED), uri)
+    assert denied is not None and "bob" in denied and "403" in denied and "\n" not in denied
+    assert auth_refusal(ConnectionError("connection refused"), uri) is None
+    assert auth_refusal(MlflowException("bad filter"), uri) is None
