@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import scipy.stats
@@ -733,24 +733,8 @@ def _check_options(test: str, correction: str, alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
 
 
-def compare(
-    matrix: ArrayLike,
-    names: Sequence[str] | None = None,
-    *,
-    baseline: str | int = 0,
-    metric_name: str = "metric",
-    n_resamples: int = 10_000,
-    n_permutations: int = 10_000,
-    seed: int | None = 0,
-    correction: Correction = "holm",
-    alpha: float = 0.05,
-    test: Literal["t", "wilcoxon", "sign", "fisher"] = "fisher",
-    ci_method: CiMethod = "BCa",
-    confidence: float = 0.95,
-    delta: float | None = None,
-    power: float = 0.8,
-    tukey: bool = True,
-) -> Comparison:
+def compare(matrix: ArrayLike, names: Sequence[str] | None = None, *, metric_name: str = "metric",
+            **options: Any) -> Comparison:
     """Compare systems on one metric: ``matrix`` is ``[n_systems, n_queries]`` (see :func:`align`).
 
     Per system: mean and bootstrap CI. Per other system against ``baseline`` (a name or a
@@ -759,23 +743,10 @@ def compare(
     comparisons (use :func:`compare_metrics` or :func:`adjust_report` to adjust across
     several metrics), d_z and Hedges' g, wins/ties/losses, the minimum detectable
     difference and the queries needed for ``delta``. All pairs: randomized Tukey HSD.
+    ``options`` are those of :func:`compare_metrics` (baseline, n_resamples, n_permutations,
+    seed, correction, alpha, test, ci_method, confidence, delta, power, tukey).
     """
-    return compare_metrics(
-        {metric_name: matrix},
-        names,
-        baseline=baseline,
-        n_resamples=n_resamples,
-        n_permutations=n_permutations,
-        seed=seed,
-        correction=correction,
-        alpha=alpha,
-        test=test,
-        ci_method=ci_method,
-        confidence=confidence,
-        delta=delta,
-        power=power,
-        tukey=tukey,
-    )[0]
+    return compare_metrics({metric_name: matrix}, names, **options)[0]
 
 
 def compare_metrics(
