@@ -39,14 +39,36 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
-import scipy.stats
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import brentq
-from scipy.special import ndtr, ndtri
+
+# scipy.stats takes ~1.4 s to import: it is imported inside the tests that need it, so a job
+# that only logs its objective's bootstrap CI (BCa: the normal CDF and its inverse, from the
+# standard library) does not pay for it.
+_NORMAL = statistics.NormalDist()
+
+
+def ndtr(x: ArrayLike) -> NDArray[np.float64]:
+    """The standard normal CDF (= scipy.special.ndtr), elementwise."""
+    return 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-np.asarray(x, np.float64) / math.sqrt(2.0))
+
+
+def ndtri(p: ArrayLike) -> NDArray[np.float64]:
+    """The inverse of the standard normal CDF (= scipy.special.ndtri): -inf at 0, inf at 1."""
+    def one(v: float) -> float:
+        if math.isnan(v):
+            return math.nan
+        if v <= 0.0:
+            return -math.inf
+        if v >= 1.0:
+            return math.inf
+        return _NORMAL.inv_cdf(v)
+
+    return np.vectorize(one, otypes=[np.float64])(np.asarray(p, np.float64))
 
 __all__ = [
     "Aligned",
@@ -339,6 +361,7 @@ def paired_t_test(diffs: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.flo
     zero = np.abs(mean) <= TIE_TOLERANCE * _scale(d)
     t = np.where((sd == 0) & zero, 0.0, t)
     t = np.where((sd == 0) & ~zero, np.copysign(np.inf, mean), t)
+    import scipy.stats  # noqa: PLC0415 (slow import: only where needed)
     p = 2 * scipy.stats.t.sf(np.abs(t), n - 1)
     return t, np.minimum(p, 1.0)
 
@@ -363,6 +386,7 @@ def sign_test(diffs: ArrayLike) -> NDArray[np.float64]:
     """
     wins, _, losses = wins_ties_losses(diffs)
     m = wins + losses
+    import scipy.stats  # noqa: PLC0415
     p = 2 * scipy.stats.binom.cdf(np.minimum(wins, losses), np.maximum(m, 1), 0.5)
     return np.where(m == 0, 1.0, np.minimum(p, 1.0))
 
@@ -375,6 +399,7 @@ def wilcoxon_test(diffs: ArrayLike) -> NDArray[np.float64]:
     distribution for small samples without ties and the normal approximation otherwise.
     A row with no non-zero difference has p = 1 (scipy: NaN or an error).
     """
+    import scipy.stats  # noqa: PLC0415
     d = _snap(_as_diffs(diffs))
     p = np.ones(d.shape[0])
     for i, row in enumerate(d):
@@ -540,6 +565,7 @@ def power_paired_t(delta: ArrayLike, sd: ArrayLike, n: ArrayLike, *, alpha: floa
     df = n - 1
     with np.errstate(divide="ignore", invalid="ignore"):
         nc = np.where(sd > 0, np.abs(delta) * np.sqrt(n) / sd, np.where(delta == 0, 0.0, np.inf))
+    import scipy.stats  # noqa: PLC0415
     c = scipy.stats.t.ppf(1 - alpha / 2, df)
     finite = np.isfinite(nc)
     ncf = np.where(finite, nc, 0.0)
@@ -567,6 +593,8 @@ def minimum_detectable_difference(
     if (sd_arr < 0).any() or not np.isfinite(sd_arr).all():
         raise ValueError("sd must be finite and >= 0")
 
+    import scipy.stats  # noqa: PLC0415
+    from scipy.optimize import brentq  # noqa: PLC0415
     def one(s: float) -> float:
         if s == 0:
             return 0.0
@@ -594,6 +622,7 @@ def queries_needed(
         raise ValueError(f"sd must be finite and >= 0, got {sd}")
     if sd == 0:
         return 2
+    import scipy.stats  # noqa: PLC0415
     z = scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power)
     n = max(2, math.ceil((z * sd / delta) ** 2))
     if n > max_n:
