@@ -92,6 +92,8 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
         for family in ("ndcg", "context_utility"):  # each job at its own k
             row[f"{family}_at_k"] = record["metrics"].get(f"{family}_at_{k}")
         row["tied_with_best"] = _resolved(results.parent) in tied_folders or _resolved(results) in tied_folders
+        if "optuna_trial" in record["tags"]:
+            row["optuna_trial"] = record["tags"]["optuna_trial"]
         # Jobs with identical rankings have identical nDCG@K and recall@K curves: drawn once.
         groups.setdefault(record.get("ranking_digest") or record["job_key"], []).append((record, len(rows)))
         rows.append(row)
@@ -106,7 +108,8 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
         wanted = [objective, *ci_cols, "tied_with_best", "ndcg_at_k", "context_utility_at_k",
                   *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", "time_total_s"]
         keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
-        table = table[["run_name", "run_id", "status", "overrides", *keys]]
+        trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
+        table = table[["run_name", "run_id", "status", "overrides", *trial, *keys]]
         if objective in table.columns:
             table = table.sort_values(objective, ascending=False, kind="stable")
     table.to_csv(out / "sweep_table.csv", index=False, float_format="%.6g")
@@ -190,6 +193,8 @@ def _best_on_parent(best: Any, objective: str, ci_cols: list[str], table: Any) -
     tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
             **{f"best.{k}": v for k, v in parse_overrides(str(best["overrides"])).items()
                if not k.startswith(("paths.", "tracking.", "hydra."))}}
+    if "optuna_trial" in table.columns:
+        tags["best_optuna_trial"] = str(best["optuna_trial"])
     metrics = {f"best_{objective}": float(best[objective])}
     for col in ci_cols:
         if col in table.columns:

@@ -88,7 +88,9 @@ def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_
         assert f"k1={float(r.data.params['retriever.k1']):.4g}" in r.info.run_name
     assert sorted(r.data.tags["optuna_trial"] for r in jobs) == ["0", "1", "2"]
     best = max(jobs, key=lambda r: r.data.metrics["ndcg_at_10"])
-    assert client.get_run(parent.info.run_id).data.tags["best_run_name"] == best.info.run_name
+    parent_tags = client.get_run(parent.info.run_id).data.tags
+    assert parent_tags["best_run_name"] == best.info.run_name
+    assert parent_tags["best_optuna_trial"] == best.data.tags["optuna_trial"]
 
 
 def test_one_override_moves_every_output(tmp_path):
