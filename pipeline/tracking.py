@@ -196,7 +196,6 @@ def warm() -> None:
     import mlflow.entities  # noqa: F401  (~2 s)
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
     import pyarrow.csv  # noqa: F401
-    import scipy.stats  # noqa: F401  (~1.4 s; a sweep's summary tests its jobs against the best)
 
 
 def ensure_store(settings: Any) -> None:
