@@ -139,8 +139,11 @@ def _lines(path: Path, what: str, n_fields: int | None = None) -> Iterator[tuple
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 _INT64 = (-(2**63), 2**63 - 1)
-#: Every character ``str.split()`` splits on (the fast reader must not accept ids holding one).
-_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+#: Every character ``str.split()`` splits on (the fast reader must not accept ids holding one):
+#: the characters with ``str.isspace()``, written out (scanning all of Unicode at import took
+#: 0.5 s of every command); tests/pipeline/test_readers.py checks the list against Python's.
+_WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+               "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 _WS_CLASS = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in _WHITESPACE) + "]"
 
 

@@ -176,3 +176,9 @@ def test_tie_break_vocabulary():
         tie_break_rule("random")
     with pytest.raises(ValueError, match="needs a corpus"):
         tie_break_rule("doc_index", ("file_order", "docid_desc"))
+
+
+def test_the_whitespace_list_is_every_character_str_split_splits_on():
+    from pipeline.formats import _WHITESPACE
+
+    assert _WHITESPACE == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
