@@ -268,6 +268,7 @@ def run(cfg: DictConfig) -> float:
     objective = float(metrics[cfg.objective])
     timings["time_total_s"] = time.perf_counter() - start
     experiment = cfg.tracking.experiment or collection.name
+    sweep = _sweep_info(ctx)
     res.write_record(results, {  # last: from here on the folder is complete and can be logged
         "format": res.RECORD_FORMAT,
         "job_key": uuid.uuid4().hex,
@@ -276,14 +277,14 @@ def run(cfg: DictConfig) -> float:
         "params": {key: tracking.redact(value) for key, value in config.flatten(config.resolved(cfg)).items()},
         "metrics": {**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
         "curves": {f"curve/{family}": ev.curve(family).tolist() for family in CURVES},
-        "tags": _tags(ctx, names, cache_hit, _sweep_info(ctx)),
+        "tags": _tags(ctx, names, cache_hit, sweep),
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
         "table_columns": _per_query_columns(ev, cfg.k) if cfg.tracking.log_per_query_table else None,
         "start_time_ms": int(started_at * 1000),
         "k": int(cfg.k),
         "objective": str(cfg.objective),
         "ranking_digest": hashlib.sha256(np.ascontiguousarray(ranking.doc_idx).tobytes()).hexdigest()[:16],
-        "sweep": _sweep_info(ctx),
+        "sweep": sweep,
         "tracking": None if settings is None else settings.as_dict(),
     })
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)

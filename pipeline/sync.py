@@ -22,6 +22,7 @@ answers one JSON line each, in order, on standard output:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -128,11 +129,7 @@ def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, lis
             record = res.read_record(results)
             if record["tracking"] is None and uri is None:
                 continue  # a job run with tracking=none: logged only when asked (--tracking-uri)
-            record_settings = tracking.StoreSettings.of(record["tracking"] or {"uri": uri})
-            if uri is not None:
-                record_settings = tracking.StoreSettings(uri, record_settings.artifact_root,
-                                                         record_settings.http_retries, record_settings.http_timeout_s)
-            run_id = tracking.log_results(results, record_settings)
+            run_id = tracking.log_results(results, _store(record, uri))
         except (tracking.TrackingError, InputError) as err:
             errors.append(f"{results}: {err}")
             continue
@@ -152,9 +149,7 @@ def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, lis
         record = res.read_record(jobs[0])
         if record["tracking"] is None and uri is None:
             continue
-        settings = tracking.StoreSettings.of(record["tracking"] or {"uri": uri})
-        if uri is not None:
-            settings = tracking.StoreSettings(uri, settings.artifact_root, settings.http_retries, settings.http_timeout_s)
+        settings = _store(record, uri)
         objective = str(record["params"].get("objective", "ndcg_at_10"))
         try:
             log_pending(sweep_dir, settings, retry_failed=True)
@@ -163,6 +158,12 @@ def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, lis
         except (tracking.TrackingError, InputError) as err:
             errors.append(f"{sweep_dir}: {err}")
     return logged, closed, errors
+
+
+def _store(record: dict[str, Any], uri: str | None) -> tracking.StoreSettings:
+    """The store a record names, or ``uri`` (--tracking-uri) with the record's other settings."""
+    settings = tracking.StoreSettings.of(record["tracking"] or {"uri": uri})
+    return settings if uri is None else dataclasses.replace(settings, uri=uri)
 
 
 def _sweep_files(folder: Path) -> list[Path]:
