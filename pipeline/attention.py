@@ -13,6 +13,8 @@ of K, the number of context slots, shared with ``pipeline.placement``.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -41,14 +43,18 @@ def check_k(k: int, *, empty_ok: bool = False) -> int:
     return int(k)
 
 
-def _slot_fraction(k: int) -> NDArray[np.float64]:
-    """(i - 1) / (k - 1) for slots i = 1..k: 0 at the first slot, 1 at the last (k = 1: [0])."""
+def _slot_fraction(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
+    """(i - 1) / (k - 1) for slots i = 1..k: 0 at the first slot, 1 at the last (k = 1: [0]).
+
+    ``slots`` (0-based, each < k): only those slots, in that order; every slot when None.
+    """
+    i = np.arange(k, dtype=np.float64) if slots is None else np.asarray(slots, dtype=np.float64)
     if k == 1:
-        return np.zeros(1)
-    return np.arange(k, dtype=np.float64) / (k - 1)
+        return np.zeros(len(i))
+    return i / (k - 1)
 
 
-def liu2023(k: int) -> NDArray[np.float64]:
+def liu2023(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
     """GPT-3.5-Turbo's accuracy by answer position (Liu et al. 2023), stretched over k slots.
 
     Source: Liu et al. 2023, "Lost in the Middle" (TACL 2024), multi-document QA with 20
@@ -62,22 +68,24 @@ def liu2023(k: int) -> NDArray[np.float64]:
     slots 1, 5, 10, 15, 20 get exactly 0.758, 0.572, 0.538, 0.554, 0.632.
     """
     k = check_k(k)
-    position = 1.0 + (LIU2023_N_DOCUMENTS - 1) * _slot_fraction(k)
+    position = 1.0 + (LIU2023_N_DOCUMENTS - 1) * _slot_fraction(k, slots)
     return np.interp(position, LIU2023_POSITIONS, LIU2023_ACCURACY)
 
 
-def flat(k: int) -> NDArray[np.float64]:
+def flat(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
     """Every slot used equally: w(i) = 1. Under it every placement scores the same."""
-    return np.ones(check_k(k))
+    k = check_k(k)
+    return np.ones(k if slots is None else len(slots))
 
 
-def log(k: int) -> NDArray[np.float64]:
+def log(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
     """The DCG position discount w(i) = 1 / log2(i + 1) (Järvelin and Kekäläinen 2002).
 
     With this curve and no reordering, context utility equals nDCG@K.
     """
     k = check_k(k)
-    return 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+    i = np.arange(k, dtype=np.float64) if slots is None else np.asarray(slots, dtype=np.float64)
+    return 1.0 / np.log2(i + 2.0)
 
 
 def u_shape(
@@ -87,6 +95,7 @@ def u_shape(
     floor: float = 0.7,
     power: float = 2.0,
     center: float = 0.5,
+    slots: NDArray[np.int64] | None = None,
 ) -> NDArray[np.float64]:
     """A parametric U: high at both ends of the context, lowest at ``center``.
 
@@ -115,7 +124,26 @@ def u_shape(
         raise ValueError(f"attention u_shape: power must be > 0, got {power}")
     if not 0 < center < 1:
         raise ValueError(f"attention u_shape: center must lie strictly between 0 and 1, got {center}")
-    x = _slot_fraction(k)
+    x = _slot_fraction(k, slots)
     left = floor + (start - floor) * (np.clip(center - x, 0.0, None) / center) ** power
     right = floor + (end - floor) * (np.clip(x - center, 0.0, None) / (1.0 - center)) ** power
     return np.where(x <= center, left, right)
+
+
+#: The built-in curves. Each takes ``slots=`` (0-based slot numbers < k) and then returns the
+#: weights of those slots only, equal bit for bit to ``curve(k)[slots]``; and each is
+#: valley-shaped along the slots (non-increasing, then non-decreasing; monotone and flat curves
+#: included), so the m largest weights of ``curve(k)`` lie among its first m and last m slots.
+#: ``placement.context_utility`` uses both facts to do O(m) work per K instead of O(K).
+VALLEY_CURVES = frozenset({liu2023, flat, log, u_shape})
+
+
+def is_valley(curve: object) -> bool:
+    """True when ``curve`` is one of :data:`VALLEY_CURVES`, bare or as a functools.partial
+    with keyword parameters (what Hydra's ``_partial_: true`` gives)."""
+    func = curve
+    while isinstance(func, functools.partial):
+        if func.args:
+            return False
+        func = func.func
+    return func in VALLEY_CURVES

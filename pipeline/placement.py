@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.attention import check_k
+from pipeline.attention import check_k, is_valley
 from pipeline.metrics import gain_values
 
 Strategy = Callable[..., NDArray[np.int64]]
@@ -186,12 +186,21 @@ def context_utility(
     width = max(_used_width(gains), _used_width(ideal_gains))
     gains, ideal_gains = _columns(gains, width), _columns(ideal_gains, width)
     utility = np.zeros((grades.shape[0], k_max), dtype=np.float64)
+    fast = _fast_path(strategy, curve, width)
     for k in range(1, k_max + 1):
+        w = min(k, width)
+        if fast is not None:
+            if w == 0:
+                continue
+            weight_of_rank, best_weights = fast(k, w)
+            numerator = (gains[:, :w] * weight_of_rank).sum(axis=1)
+            denominator = (ideal_gains[:, :w] * best_weights).sum(axis=1)
+            np.divide(numerator, denominator, out=utility[:, k - 1], where=denominator > 0)
+            continue
         weights = np.asarray(curve(k), dtype=np.float64)
         if weights.shape != (k,) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
             raise ValueError(f"attention curve gave {weights!r} for K = {k}: need {k} finite weights >= 0")
         permutation = _checked_permutation(strategy(k, weights), k)
-        w = min(k, width)
         if w == 0:
             continue
         # Weight received by each rank: the chunk of rank r sits in slot s where
@@ -206,6 +215,70 @@ def context_utility(
         denominator = (ideal_gains[:, :w] * best_weights).sum(axis=1)
         np.divide(numerator, denominator, out=utility[:, k - 1], where=denominator > 0)
     return utility
+
+
+def _slot_of_rank_lost_in_the_middle(k: int, ranks: NDArray[np.int64]) -> NDArray[np.int64]:
+    # Even ranks ascending fill the first ceil(k/2) slots, then the odd ranks descending.
+    largest_odd = k - 1 if (k - 1) % 2 else k - 2
+    return np.where(ranks % 2 == 0, ranks // 2, (k + 1) // 2 + (largest_odd - ranks) // 2)
+
+
+def _slot_of_rank_langchain(k: int, ranks: NDArray[np.int64]) -> NDArray[np.int64]:
+    # Ranks of parity (k - 1) % 2 ascending, then the other parity descending from k - 2.
+    front = (k - 1) % 2
+    return np.where(ranks % 2 == front, (ranks - front) // 2, (k - front + 1) // 2 + (k - 2 - ranks) // 2)
+
+
+#: Closed forms of the slot that rank r (0-based) takes, for the built-in strategies that do
+#: not read the weights: the inverse permutation of ``strategy(k)`` at the given ranks,
+#: in O(len(ranks)) (tests check them against the strategies themselves).
+SLOT_OF_RANK: dict[Callable[..., NDArray[np.int64]], Callable[[int, NDArray[np.int64]], NDArray[np.int64]]] = {
+    none: lambda k, ranks: ranks,
+    reverse: lambda k, ranks: k - 1 - ranks,
+    lost_in_the_middle: _slot_of_rank_lost_in_the_middle,
+    lost_in_the_middle_langchain: _slot_of_rank_langchain,
+}
+
+
+def _fast_path(strategy: Strategy, curve: Curve, width: int) -> Callable[[int, int], tuple[NDArray, NDArray]] | None:
+    """For a built-in strategy under a built-in (valley-shaped) curve: ``f(k, w)`` giving the
+    weight received by ranks 0..w-1 and the w largest weights of curve(k), descending, from
+    O(w) slots; None otherwise (context_utility then evaluates the whole curve for every K).
+
+    The values are those of the general path bit for bit: the curves evaluate each slot the
+    same way alone as in the full vector, and attention_optimal gives rank r the r-th largest
+    weight (equal weights in any order receive the same values), which are ``best`` itself.
+    """
+    if not is_valley(curve):
+        return None
+    slot_of_rank = SLOT_OF_RANK.get(strategy)
+    if slot_of_rank is None and strategy is not attention_optimal:
+        return None
+
+    def weights_and_best(k: int, w: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        ranks = ranks_all[:w]
+        # The w largest weights of a valley lie among its first w and last w slots.
+        split = k > 2 * w
+        candidates = np.concatenate([ranks, ranks + (k - w)]) if split else ranks_all[:k]
+        # Built-in curves with checked parameters: finite weights >= 0 by construction.
+        values = curve(k, slots=candidates)
+        best = -np.sort(-values)[:w]
+        if slot_of_rank is None:  # attention_optimal: rank r gets the r-th largest weight
+            return best, best
+        if split:
+            # Slots >= k - w sit at positions w.. of ``candidates``. Once k > 2w (w is then
+            # the whole width), where each rank sits among the candidates depends on k's
+            # parity only, for every built-in strategy: computed twice, not once per K.
+            positions = split_positions.get(k % 2)
+            if positions is None:
+                slots = slot_of_rank(k, ranks)
+                positions = split_positions[k % 2] = np.where(slots < w, slots, slots - (k - 2 * w))
+            return values[positions], best
+        return values[slot_of_rank(k, ranks)], best
+
+    ranks_all = np.arange(2 * width, dtype=np.int64)  # enough for k <= 2w, w <= width
+    split_positions: dict[int, NDArray[np.int64]] = {}
+    return weights_and_best
 
 
 def _used_width(values: NDArray[np.float64]) -> int:
