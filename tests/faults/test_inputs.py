@@ -263,3 +263,13 @@ def test_json_into_head_ends_quietly(tmp_path):
     proc = _cli(shell=f"{sys.executable} -m pipeline.score {qrels} {run} --json --per-query | head -c 10")
     assert proc.returncode == 0 and len(proc.stdout) == 10
     assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_output_folder_that_cannot_be_created_is_one_line(tmp_path):
+    # Hydra makes the run or sweep folder inside its own error handling: a traceback and exit 1.
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for overrides in ([f"hydra.run.dir={a_file}/run"], ["--multirun", "k=3,5"]):
+        proc = _cli("-m", "pipeline", *overrides, f"paths.root={a_file}/out", "tracking=none")
+        line = one_line_error(proc, "cannot create the output folder", str(a_file))
+        assert ("hydra.sweep.dir" if "--multirun" in overrides else "hydra.run.dir") in line
