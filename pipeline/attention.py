@@ -138,12 +138,18 @@ def u_shape(
 VALLEY_CURVES = frozenset({liu2023, flat, log, u_shape})
 
 
+def unwrap(fn: object) -> tuple[object, dict]:
+    """The function under ``fn`` and its keyword parameters: ``fn`` itself and {} unless it is
+    a functools.partial with keywords only (what Hydra's ``_partial_: true`` gives; calling
+    the bare function skips the wrapper's per-call work)."""
+    keywords: dict = {}
+    while isinstance(fn, functools.partial) and not fn.args:
+        keywords = {**fn.keywords, **keywords}
+        fn = fn.func
+    return fn, keywords
+
+
 def is_valley(curve: object) -> bool:
     """True when ``curve`` is one of :data:`VALLEY_CURVES`, bare or as a functools.partial
     with keyword parameters (what Hydra's ``_partial_: true`` gives)."""
-    func = curve
-    while isinstance(func, functools.partial):
-        if func.args:
-            return False
-        func = func.func
-    return func in VALLEY_CURVES
+    return unwrap(curve)[0] in VALLEY_CURVES

@@ -18,12 +18,13 @@ placements accept K = 0 (the empty context).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.attention import check_k, is_valley
+from pipeline.attention import check_k, is_valley, unwrap
 from pipeline.metrics import gain_values
 
 Strategy = Callable[..., NDArray[np.int64]]
@@ -251,9 +252,13 @@ def _fast_path(strategy: Strategy, curve: Curve, width: int) -> Callable[[int, i
     """
     if not is_valley(curve):
         return None
-    slot_of_rank = SLOT_OF_RANK.get(strategy)
-    if slot_of_rank is None and strategy is not attention_optimal:
+    strategy_fn, strategy_keywords = unwrap(strategy)
+    slot_of_rank = None if strategy_keywords else SLOT_OF_RANK.get(strategy_fn)  # type: ignore[call-overload]
+    if slot_of_rank is None and strategy_fn is not attention_optimal:
         return None
+    curve_fn, curve_keywords = unwrap(curve)
+    if curve_fn is not curve:  # the bare function: a partial's (Hydra's) wrapper costs per call
+        curve = functools.partial(curve_fn, **curve_keywords)  # type: ignore[arg-type]
 
     def weights_and_best(k: int, w: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         ranks = ranks_all[:w]

@@ -480,3 +480,21 @@ def test_context_utility_work_is_linear_in_k_max(monkeypatch):
         assert len(evaluated) == k_max and sum(evaluated) <= 2 * width * k_max
         np.testing.assert_array_equal(got[:, :60], placement.context_utility(
             grades, ideal, 60, strategy, lambda k: attention.liu2023(k)))
+
+
+def test_the_configs_as_hydra_instantiates_them_take_the_fast_path():
+    # Hydra's _partial_ wraps each function (a functools.partial subclass): it must still be
+    # recognised, or a job silently takes the quadratic path.
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    for reorder in sorted((CONF / "reorder").glob("*.yaml")):
+        for curve_file in sorted((CONF / "attention").glob("*.yaml")):
+            strategy, curve = instantiate(OmegaConf.load(reorder)), instantiate(OmegaConf.load(curve_file))
+            fast = placement._fast_path(strategy, curve, 4)
+            assert fast is not None, (reorder.stem, curve_file.stem)
+            grades = np.array([[3, 0, 1, 2]])
+            ideal = np.array([[3, 2, 2, 1]])
+            np.testing.assert_array_equal(
+                placement.context_utility(grades, ideal, 30, strategy, curve),
+                placement.context_utility(grades, ideal, 30, lambda k, w=None: strategy(k, w), lambda k: curve(k)))
