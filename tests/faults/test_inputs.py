@@ -273,3 +273,19 @@ def test_output_folder_that_cannot_be_created_is_one_line(tmp_path):
         proc = _cli("-m", "pipeline", *overrides, f"paths.root={a_file}/out", "tracking=none")
         line = one_line_error(proc, "cannot create the output folder", str(a_file))
         assert ("hydra.sweep.dir" if "--multirun" in overrides else "hydra.run.dir") in line
+
+
+@pytest.mark.slow
+def test_huge_k_max_on_the_sample_is_linear_and_exact(tmp_path):
+    # k=100000 k_max=100000 was still scoring after 10 minutes (placement quadratic in k_max);
+    # the per-query CSV would have had millions of columns. 5000 keeps the test short.
+    proc = pipeline(tmp_path, "k=5000", "k_max=5000", "gain=linear", timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    results = next((tmp_path / "out").rglob("results"))
+    payload = json.loads((results / "metrics.json").read_text())
+    assert round(payload["metrics"]["ndcg_at_10"], 10) == 0.5412838644  # the README's sample number
+    recall = payload["curves"]["recall"]
+    # Ranks past the corpus (171 documents) are empty: recall stops growing there.
+    assert len(recall) == 5000 and recall[170] == recall[4999] > recall[9]
+    header = [h.strip('"') for h in (results / "per_query.csv").read_text().splitlines()[0].split(",")]
+    assert "ndcg_at_5000" in header and "ndcg_at_10" in header and "ndcg_at_11" not in header
