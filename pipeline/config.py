@@ -55,15 +55,19 @@ class PipelineConfig:
     retriever: Any = None
     reorder: Any = None
     attention: Any = None
+    chunker: Any = None  # conf/chunker: none (default), tokens, sentences, semantic (pipeline.chunkers)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     k: int = 10  # the cut-off the run is about (context size)
     k_max: int = 20  # every metric is computed for K = 1..k_max (curves)
     gain: Gain = Gain.exp  # nDCG / DCG / context utility gain: 2^rel - 1 or rel
     relevance_level: int = 1  # grade >= this counts as relevant
+    judged_only: bool = False  # condensed lists: unjudged documents removed before scoring (trec_eval -J)
     seed: int = 0
     objective: str = "ndcg_at_10"  # what run() returns to a sweeper
     cache_dir: str = "outputs/cache"
+    budget: Optional[int] = None  # tokens: the context is the longest prefix of the chunk ranking that fits
+    budgets: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048, 4096])  # logged per budget
 
 
 ConfigStore.instance().store(name="base_config", node=PipelineConfig)
@@ -80,7 +84,18 @@ def check(cfg: DictConfig) -> None:
         if cfg.get(group) is None:
             raise InputError(f"no {group} configured: choose one, e.g. {group}=...")
         check_numbers(cfg[group], group)
+    if cfg.get("chunker") is not None:
+        check_numbers(cfg.chunker, "chunker")
+    budgets = [("budget", cfg.get("budget"))] + [("budgets", b) for b in (cfg.get("budgets") or [])]
+    for key, value in budgets:
+        if value is not None and value < 1:
+            raise InputError(f"{key} must be >= 1 token, got {value}")
     objective_k(cfg.objective, cfg.k_max)
+    chunk_target = str((cfg.get("chunker") or {}).get("_target_", ""))
+    if (cfg.objective.startswith(("context_precision_", "context_recall_")) and cfg.get("budget") is None
+            and (chunk_target.endswith("NoChunker") or not chunk_target)):
+        raise InputError(f"objective {cfg.objective!r} is logged by chunked or budgeted runs only: set chunker=... "
+                         "or budget=...")
 
 
 _NUMBERS = {int: (int,), float: (int, float), bool: (bool,)}

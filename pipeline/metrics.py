@@ -1,6 +1,6 @@
 """Exact, vectorized IR metrics for every cut-off K = 1..k_max in one pass.
 
-The definition card (design.md) in code. Inputs are arrays: a ranking ``doc_idx``
+The definition card (README "Metric definitions") in code. Inputs are arrays: a ranking ``doc_idx``
 [n_queries, depth] (-1 = nothing retrieved there) and :class:`Qrels`. We build the
 (queries x depth) grade matrix once with a sorted-key lookup, and every metric at every K
 is then a cumulative sum or a division away. No per-query Python loops, no rounding.
@@ -16,9 +16,16 @@ Conventions shared by every metric (and written in the README):
 - Means are over queries with R > 0 (``n_queries``); judged queries with R = 0 are left out
   and counted (``n_queries_no_relevant``). A judged query that retrieved nothing scores 0.
 - Order inside the ranking is the caller's: the ranking is scored as given.
+- A document is judged for a query when the qrels give it a grade >= 0 for that query (0
+  included). A negative grade marks a document that is in the pool but not judged (trec_eval's
+  convention, e.g. for infAP samples): it counts as unjudged, as does any document the
+  query's qrels do not list. ``judged_at_K`` and ``bpref`` (Buckley & Voorhees 2004) measure
+  and resist incomplete judgments; ``judged_only`` scores condensed lists (Sakai 2007):
+  every ranking without its unjudged documents, as ``trec_eval -J`` does.
 
 Sources: trec_eval 9.0.8 (``P``, ``recall``, ``map_cut``, ``ndcg_cut``, ``recip_rank``,
-``map``), Järvelin & Kekäläinen 2002 (CG/DCG/nDCG), Burges et al. 2005 (exponential gain).
+``map``, ``bpref``, ``-J``), Järvelin & Kekäläinen 2002 (CG/DCG/nDCG), Burges et al. 2005
+(exponential gain), ir_measures (``Judged@K``), Sakai 2007 (condensed lists).
 """
 
 from __future__ import annotations
@@ -39,8 +46,9 @@ class Family:
     ``stage`` says what a family is computed on: ``ranking`` (``evaluate``, the retriever's
     order) or ``placed`` (the context order, added by the caller, e.g. context utility).
     ``full_depth`` names the family's value at the ranking's full depth, when it has one
-    (``mrr``, ``map``). ``definition`` is the row of the definition card; ``{gain}`` in it is
-    replaced by the gain in use.
+    (``mrr``, ``map``, ``bpref``); ``at_k`` is False for a family that has only that value (no
+    ``<name>_at_K`` keys, no curve: ``bpref``). ``definition`` is the row of the definition
+    card; ``{gain}`` in it is replaced by the gain in use.
     """
 
     name: str
@@ -51,6 +59,12 @@ class Family:
     source: str
     stage: Literal["ranking", "placed"] = "ranking"
     full_depth: str | None = None
+    at_k: bool = True
+
+    @property
+    def key(self) -> str:
+        """How the definition card names it: ``ndcg_at_K``, or ``bpref`` for a full-depth-only family."""
+        return f"{self.name}_at_K" if self.at_k else self.name
 
 
 #: Every metric family, in the order of the per-query table. Adding a metric is one row here
@@ -76,21 +90,43 @@ TABLE: tuple[Family, ...] = (
     Family("context_utility", "context utility@K", True, True,
            "sum of gain(rel at slot i) * w(i) over the placed top K, divided by the same sum for the best "
            "judged documents in the best slots (w = the attention curve stretched over K slots); 1 = the "
-           "strongest evidence sits where the model looks", "this project (pipeline/placement.py)",
+           "strongest evidence sits where the model looks; chunked runs: the placed chunks, each with its document's "
+           "grade, over every chunk of the judged documents", "this project (pipeline/placement.py)",
            stage="placed"),
+    Family("context_precision", "context precision@K", True, False,
+           "(# of the top K chunks whose document is relevant) / K: the share of the context from relevant "
+           "documents (a chunk's grade is its document's); logged by chunked or budgeted runs only",
+           "this project (pipeline/chunking.py)", stage="placed"),
+    Family("context_recall", "context recall@K", True, False,
+           "(# distinct relevant documents with a chunk in the top K) / R; logged by chunked or budgeted runs "
+           "only", "this project (pipeline/chunking.py)", stage="placed"),
+    Family("judged", "judged@K", True, True,
+           "(# judged documents in the top K) / (# documents retrieved in the top K), i.e. / K unless the "
+           "ranking is shorter; 0 when nothing was retrieved; judged = graded >= 0 for the query (0 "
+           "included); always on the ranking as retrieved, also with `judged_only`",
+           "ir_measures `Judged@K`"),
+    Family("bpref", "bpref", True, False,
+           "(1 / R) * sum over the judged relevant documents retrieved (full depth) of "
+           "1 - min(n, R) / min(N, R), n = # judged non-relevant documents ranked above it, N = # judged "
+           "non-relevant documents of the query (0 <= grade < relevance_level); unjudged documents are "
+           "skipped; 0 when R = 0", "Buckley & Voorhees 2004; trec_eval `bpref`",
+           full_depth="bpref", at_k=False),
 )
 
 FAMILY: dict[str, Family] = {f.name: f for f in TABLE}
 #: Families computed by ``evaluate`` at every K, in the order of the per-query table.
-FAMILIES = tuple(f.name for f in TABLE if f.stage == "ranking")
+FAMILIES = tuple(f.name for f in TABLE if f.stage == "ranking" and f.at_k)
 #: Every family a run reports at a cut-off (the ranking's and the placed context's).
-RUN_FAMILIES = tuple(f.name for f in TABLE)
-#: Families of ``evaluate`` bounded by [0, 1] (cg and dcg are not).
-BOUNDED = tuple(f.name for f in TABLE if f.bounded and f.stage == "ranking")
+RUN_FAMILIES = tuple(f.name for f in TABLE if f.at_k)
+#: Families of ``evaluate`` bounded by [0, 1] at every K (cg and dcg are not).
+BOUNDED = tuple(f.name for f in TABLE if f.bounded and f.stage == "ranking" and f.at_k)
 #: The K-sweep curves a run logs as ``curve/<family>`` (step = K).
 CURVES = tuple(f.name for f in TABLE if f.curve)
-#: Values at the ranking's full depth: ``mrr``, ``map``.
+#: Values at the ranking's full depth: ``mrr``, ``map``, ``bpref``.
 FULL_DEPTH = tuple(f.full_depth for f in TABLE if f.full_depth)
+#: A run warns when the mean judged_at_K at this K is below this share (``judged_warning``).
+JUDGED_WARN_K = 10
+JUDGED_WARN_BELOW = 0.9
 #: Cut-offs reported besides a run's own k (those <= k_max), so runs with different k compare.
 STANDARD_KS = (1, 3, 5, 10, 20, 50, 100)
 LABELS = {f.name: f.label for f in TABLE}
@@ -103,7 +139,7 @@ def parse_key(key: str) -> tuple[str, int | None]:
     if key in FULL_DEPTH:
         return key, None
     match = _METRIC_KEY.match(key)
-    if not match or match["family"] not in FAMILY:
+    if not match or match["family"] not in FAMILY or not FAMILY[match["family"]].at_k:
         choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
         raise ValueError(f"{key!r} is not a metric: use {', '.join(FULL_DEPTH)} or one of {choices}")
     return match["family"], int(match["k"])
@@ -192,26 +228,35 @@ def discounts(depth: int) -> NDArray[np.float64]:
 #: Dense lookup tables are used while queries x judged documents stays under this many cells.
 _DENSE_CELLS = 1 << 28
 _DENSE_CHUNK = 1 << 24
+#: ``grade_matrix(..., unjudged=UNJUDGED)`` marks unjudged documents and empty slots with it.
+UNJUDGED = -1
 
 
-def grade_matrix(doc_idx: NDArray[np.integer], qrels: Qrels) -> NDArray[np.int64]:
-    """Grade of every retrieved document: [n_queries, depth], 0 where unjudged or empty.
+def grade_matrix(doc_idx: NDArray[np.integer], qrels: Qrels, unjudged: int = 0) -> NDArray[np.int64]:
+    """Grade of every retrieved document: [n_queries, depth], ``unjudged`` where unjudged or empty.
+
+    ``unjudged`` = 0 (default) gives the grades the metrics use; :data:`UNJUDGED` (-1) tells
+    judged documents (>= 0) from unjudged ones and empty slots. A negative grade in the qrels
+    (in the pool, not judged: trec_eval's convention) counts as unjudged, so it becomes 0 by
+    default.
 
     Vectorized lookup: documents are first mapped to a compact index over the judged
     documents (unjudged ones drop out at once); then a dense (query x judged doc) table,
     built in chunks of queries, answers each cell with one gather. When that table would be
     too large, judgments keyed ``query * n_judged + doc`` are sorted once and found with
-    ``searchsorted``. Negative grades become 0.
+    ``searchsorted``.
     """
     doc_idx = np.asarray(doc_idx, dtype=np.int64)
     n_q, depth = doc_idx.shape
     known = qrels.doc_idx >= 0
-    out = np.zeros((n_q, depth), np.int64)
     if n_q == 0 or depth == 0 or not known.any():
-        return out
+        return np.full((n_q, depth), unjudged, np.int64)
     q_j = qrels.query_idx[known].astype(np.int64)
     d_j = qrels.doc_idx[known].astype(np.int64)
-    g_j = np.maximum(qrels.grade[known], 0).astype(np.int64)
+    if unjudged > 0:
+        raise ValueError(f"unjudged must be <= 0, got {unjudged}")
+    g_j = qrels.grade[known].astype(np.int64)
+    g_j = np.where(g_j >= 0, g_j, unjudged)
     n_docs = int(max(doc_idx.max(initial=-1), d_j.max())) + 1
     is_judged = np.zeros(n_docs, np.bool_)
     is_judged[d_j] = True
@@ -222,7 +267,11 @@ def grade_matrix(doc_idx: NDArray[np.integer], qrels: Qrels) -> NDArray[np.int64
     d_compact = compact[d_j]
     cell = compact[doc_idx]  # -1: unjudged document or empty slot
     if n_q * n_judged <= _DENSE_CELLS:
-        dtype = np.int8 if g_j.max() <= np.iinfo(np.int8).max else np.int64
+        # The table holds grade - unjudged (>= 0) and 0 for everything else, so it starts as
+        # zeros (no fill pass); the gather adds ``unjudged`` back while it widens to int64.
+        stored = g_j - unjudged
+        out = np.empty((n_q, depth), np.int64)  # every row is written below
+        dtype = np.int8 if 0 <= stored.min() and stored.max() <= np.iinfo(np.int8).max else np.int64
         chunk = max(1, _DENSE_CHUNK // n_judged)
         order = np.argsort(q_j, kind="stable")
         q_sorted = q_j[order]
@@ -230,19 +279,23 @@ def grade_matrix(doc_idx: NDArray[np.integer], qrels: Qrels) -> NDArray[np.int64
             stop = min(n_q, start + chunk)
             lo, hi = np.searchsorted(q_sorted, [start, stop])
             sel = order[lo:hi]
-            table = np.zeros((stop - start, n_judged + 1), dtype)  # column n_judged stays 0
-            table[q_j[sel] - start, d_compact[sel]] = g_j[sel]
+            table = np.zeros((stop - start, n_judged + 1), dtype)  # column n_judged: unjudged, empty
+            table[q_j[sel] - start, d_compact[sel]] = stored[sel]
             c = cell[start:stop]
             c = np.where(c < 0, n_judged, c)
-            out[start:stop] = np.take_along_axis(table, c, axis=1)
+            if unjudged == 0:
+                out[start:stop] = np.take_along_axis(table, c, axis=1)
+            else:
+                np.add(np.take_along_axis(table, c, axis=1), unjudged, out=out[start:stop], dtype=np.int64)
         return out
+    out = np.full((n_q, depth), unjudged, np.int64)
     keys = q_j * n_judged + d_compact
     order = np.argsort(keys, kind="stable")
     sorted_keys, sorted_grades = keys[order], g_j[order]
     hit_cells = np.nonzero(cell >= 0)
     lookup = hit_cells[0] * n_judged + cell[hit_cells]
     pos = np.minimum(np.searchsorted(sorted_keys, lookup), len(sorted_keys) - 1)
-    out[hit_cells] = np.where(sorted_keys[pos] == lookup, sorted_grades[pos], 0)
+    out[hit_cells] = np.where(sorted_keys[pos] == lookup, sorted_grades[pos], unjudged)
     return out
 
 
@@ -280,18 +333,85 @@ def n_relevant(qrels: Qrels, n_queries: int, relevance_level: int = 1) -> NDArra
     return np.bincount(qrels.query_idx[rel], minlength=n_queries).astype(np.int64)
 
 
+def n_nonrelevant(qrels: Qrels, n_queries: int, relevance_level: int = 1) -> NDArray[np.int64]:
+    """N per query (bpref): judged documents with 0 <= grade < relevance_level (in the corpus or not)."""
+    grades = np.asarray(qrels.grade, dtype=np.int64)
+    nonrel = grades.view(np.uint64) < relevance_level  # one comparison: negative grades wrap to huge values
+    return np.bincount(qrels.query_idx[nonrel], minlength=n_queries).astype(np.int64)
+
+
+def condense(doc_idx: NDArray[np.integer], lookup: NDArray[np.integer]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The condensed lists (Sakai 2007; trec_eval ``-J``): each ranking without its unjudged
+    documents, the judged ones moved up in their order, -1 (and :data:`UNJUDGED`) after them.
+
+    ``lookup`` is ``grade_matrix(doc_idx, qrels, unjudged=UNJUDGED)``; returns the condensed
+    ``doc_idx`` and ``lookup``, of the same shape.
+    """
+    doc_idx = np.asarray(doc_idx, dtype=np.int64)
+    lookup = np.asarray(lookup, dtype=np.int64)
+    unjudged = lookup < 0
+    order = np.argsort(unjudged, axis=1, kind="stable")  # judged first, each group in rank order
+    moved = np.take_along_axis(unjudged, order, axis=1)
+    docs = np.where(moved, -1, np.take_along_axis(doc_idx, order, axis=1))
+    return docs, np.where(moved, UNJUDGED, np.take_along_axis(lookup, order, axis=1))
+
+
+def judged_at_k(doc_idx: NDArray[np.integer], lookup: NDArray[np.integer], k_max: int,
+                judged_so_far: NDArray[np.integer] | None = None) -> NDArray[np.float64]:
+    """judged_at_K for K = 1..k_max: [n_queries, k_max].
+
+    (# judged documents in the top K) / (# documents retrieved in the top K), as ir_measures'
+    ``Judged@K``: the denominator is K unless the ranking holds fewer documents (then their
+    number); 0 for a query that retrieved nothing (ir_measures gives it no value). Retrieved
+    documents come first in each row, -1 after. ``lookup`` as for :func:`condense`;
+    ``judged_so_far`` may pass its row-wise cumulative count of judged documents.
+    """
+    n_q, depth = np.shape(doc_idx)
+    if judged_so_far is None:
+        judged_so_far = np.cumsum(np.asarray(lookup)[:, :k_max] >= 0, axis=1, dtype=np.int64)
+    counts = judged_so_far[:, :k_max]
+    if counts.shape[1] < k_max:  # beyond the ranking the count stays
+        last = counts[:, -1:] if depth else np.zeros((n_q, 1), np.int64)
+        counts = np.concatenate([counts, np.broadcast_to(last, (n_q, k_max - counts.shape[1]))], axis=1)
+    ranks = np.arange(1, k_max + 1, dtype=np.float64)
+    out = counts / ranks  # rankings at least k_max long: the denominator is K
+    # shorter rankings (their k_max-th slot is empty): the denominator is min(K, # retrieved)
+    short = np.flatnonzero(np.asarray(doc_idx)[:, k_max - 1] < 0) if depth >= k_max else np.arange(n_q)
+    if len(short):
+        n_ret = np.count_nonzero(np.asarray(doc_idx)[short] >= 0, axis=1)
+        out[short] = counts[short] / np.maximum(np.minimum(ranks, n_ret[:, None]), 1)  # 0 / 1 when none
+    return out
+
+
+def judged_warning(means: dict[str, float]) -> str | None:
+    """The warning a run prints when the mean judged_at_10 is below 0.9, else None.
+
+    Unjudged documents count as not relevant, so a retriever whose top 10 is mostly unjudged
+    (one that took no part in the pooling) scores too low on every metric but bpref and the
+    condensed-list (``judged_only``) ones.
+    """
+    value = means.get(f"judged_at_{JUDGED_WARN_K}")
+    if value is None or value >= JUDGED_WARN_BELOW:
+        return None
+    return (f"warning: judged_at_{JUDGED_WARN_K} = {value:.4f} < {JUDGED_WARN_BELOW} ({value:.1%} of the top "
+            f"{JUDGED_WARN_K} documents are judged): the numbers for this retriever are biased low; pool it "
+            "(judge its unjudged top documents); bpref and judged_only=true score judged documents only")
+
+
 @dataclass
 class Evaluation:
-    """Per-query values of every metric family at K = 1..k_max, plus ``mrr``/``map`` at full depth.
+    """Per-query values of every metric family at K = 1..k_max, plus ``mrr``/``map``/``bpref`` at full depth.
 
     ``at_k[family]`` is [n_queries, k_max]; column K-1 holds the value at cut-off K.
+    ``judged_only``: scored on condensed lists (unjudged documents removed; judged_at_K excepted).
     """
 
     k_max: int
     at_k: dict[str, NDArray[np.float64]]
-    full: dict[str, NDArray[np.float64]]  # "mrr", "map": [n_queries]
+    full: dict[str, NDArray[np.float64]]  # "mrr", "map", "bpref": [n_queries]
     n_relevant: NDArray[np.int64]
     extra_at_k: dict[str, NDArray[np.float64]] = field(default_factory=dict)
+    judged_only: bool = False
 
     @property
     def evaluated(self) -> NDArray[np.bool_]:
@@ -324,7 +444,9 @@ class Evaluation:
         mask = self.evaluated
         if not mask.any():
             return np.zeros(self.k_max)
-        return self.values(family)[mask].mean(axis=0)
+        values = self.values(family)
+        # Every query evaluated (the usual case): no copy of the rows; the same sum, row by row.
+        return (values if mask.all() else values[mask]).mean(axis=0)
 
     def means(self, ks: Iterable[int] | None = None) -> dict[str, float]:
         """``{family}_at_{K}`` for each K in ``ks`` (default: every K), ``mrr``, ``map``, counts."""
@@ -344,13 +466,15 @@ class Evaluation:
         out["n_queries_no_relevant"] = self.n_queries_no_relevant
         return out
 
-    def per_query(self, query_ids: Iterable[str]) -> dict[str, Any]:
+    def per_query(self, query_ids: Iterable[str], ks: Iterable[int] | None = None) -> dict[str, Any]:
         """The per-query table as columns (``pandas.DataFrame(ev.per_query(ids))`` makes it a
-        frame): ``query_id``, every family at every K, ``mrr``, ``map``, R and whether it counts."""
+        frame): ``query_id``, every family at every K (or at ``ks``), ``mrr``, ``map``, R and
+        whether it counts."""
         table: dict[str, Any] = {"query_id": list(query_ids)}
+        cutoffs = range(1, self.k_max + 1) if ks is None else sorted(set(ks))
         for family in self.families():
             values = self.values(family)
-            table.update((f"{family}_at_{k}", values[:, k - 1]) for k in range(1, self.k_max + 1))
+            table.update((f"{family}_at_{k}", values[:, k - 1]) for k in cutoffs)
         table.update(self.full)
         table["n_relevant"] = self.n_relevant
         table["evaluated"] = self.evaluated
@@ -363,18 +487,24 @@ def evaluate(
     k_max: int,
     gain: Gain = "exp",
     relevance_level: int = 1,
-    grades: NDArray[np.integer] | None = None,
+    lookup: NDArray[np.integer] | None = None,
+    judged_only: bool = False,
+    judged_metrics: bool = True,
 ) -> Evaluation:
     """Every metric of the definition card at every K = 1..k_max, for every query.
 
     ``doc_idx`` is [n_queries, depth] in rank order (row q = query index q of ``qrels``),
-    -1 where nothing was retrieved. ``k_max`` may exceed ``depth``: the missing ranks are
-    empty (precision keeps K as its denominator, like trec_eval's ``P``).
+    -1 where nothing was retrieved (after the retrieved documents). ``k_max`` may exceed
+    ``depth``: the missing ranks are empty (precision keeps K as its denominator, like
+    trec_eval's ``P``).
 
-    Definitions: :data:`TABLE` (the definition card); ``mrr`` and ``map`` are also given at
-    full depth (the ranking's ``depth``).
+    Definitions: :data:`TABLE` (the definition card); ``mrr``, ``map`` and ``bpref`` are
+    given at full depth (the ranking's ``depth``).
 
-    ``grades`` may pass ``grade_matrix(doc_idx, qrels)`` when the caller has it already.
+    ``judged_only``: score the condensed lists (:func:`condense`, trec_eval ``-J``);
+    judged_at_K stays that of the ranking as given. ``judged_metrics=False`` leaves out
+    judged_at_K and bpref (their cost is measured by benchmarks/metrics.py). ``lookup`` may
+    pass ``grade_matrix(doc_idx, qrels, unjudged=UNJUDGED)`` when the caller has it already.
     """
     if k_max < 1:
         raise ValueError(f"k_max must be >= 1, got {k_max}")
@@ -387,9 +517,19 @@ def evaluate(
     width = max(depth, k_max)
     check_gain_overflow(qrels, n_q, gain)
 
-    looked_up = grade_matrix(doc_idx, qrels) if grades is None else np.asarray(grades, np.int64)
+    if lookup is None:
+        lookup = grade_matrix(doc_idx, qrels, unjudged=UNJUDGED)
+    lookup = np.asarray(lookup, np.int64)
+    if lookup.shape != doc_idx.shape:
+        raise ValueError(f"lookup must have the shape of doc_idx {doc_idx.shape}, got {lookup.shape}")
+    judged = judged_so_far = None
+    if judged_metrics:
+        judged_so_far = np.cumsum(lookup >= 0, axis=1, dtype=np.int32)  # of the ranking as given
+        judged = judged_at_k(doc_idx, lookup, k_max, judged_so_far)
+    if judged_only:
+        doc_idx, lookup = condense(doc_idx, lookup)
     grades = np.zeros((n_q, width), np.int64)
-    grades[:, :depth] = looked_up
+    np.maximum(lookup, 0, out=grades[:, :depth])
     R = n_relevant(qrels, n_q, relevance_level)
     R_safe = np.maximum(R, 1).astype(np.float64)[:, None]
     ranks = np.arange(1, width + 1, dtype=np.float64)
@@ -421,30 +561,90 @@ def evaluate(
     at_k["ndcg"] = np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg > 0)
 
     full = {"mrr": rr, "map": ap_sum[:, -1] / R_safe[:, 0] if width else np.zeros(n_q)}
-    return Evaluation(k_max=k_max, at_k=at_k, full=full, n_relevant=R)
+    if judged is not None:
+        at_k["judged"] = judged
+        full["bpref"] = _bpref(rel, cum_rel, R, n_nonrelevant(qrels, n_q, relevance_level),
+                               None if judged_only else judged_so_far, depth)
+    return Evaluation(k_max=k_max, at_k=at_k, full=full, n_relevant=R, judged_only=judged_only)
 
 
-def definition_card(gain: Gain, relevance_level: int, tie_rule: str) -> str:
+def _bpref(rel: NDArray[np.bool_], cum_rel: NDArray[np.int64], R: NDArray[np.int64], N: NDArray[np.int64],
+           judged_so_far: NDArray[np.integer] | None, depth: int) -> NDArray[np.float64]:
+    """bpref per query at full depth, trec_eval's ``bpref`` (m_bpref.c) term for term.
+
+    bpref = (1 / R) * sum over the retrieved relevant documents r of 1 - min(n_r, R) / min(N, R),
+    n_r = judged non-relevant documents above r, N = judged non-relevant documents of the
+    query; unjudged documents are skipped; 0 when R = 0. n_r is (judged documents up to r)
+    - (relevant ones up to r), read only at the relevant ranks, and the terms are added in
+    rank order (``bincount``), as trec_eval adds them. ``rel``/``cum_rel`` are over the scored
+    list; ``judged_so_far`` counts its judged documents (None: a condensed list, all judged).
+    """
+    n_q, width = rel.shape
+    if depth == 0:
+        return np.zeros(n_q)
+    cells = np.flatnonzero(rel[:, :depth] if depth < width else rel)  # row-major: rank order in each row
+    rows, cols = np.divmod(cells, min(depth, width))
+    judged = cols + 1 if judged_so_far is None else np.take(judged_so_far, rows * judged_so_far.shape[1] + cols)
+    above = judged - np.take(cum_rel, rows * width + cols)
+    r = R[rows]
+    terms = 1.0 - np.minimum(above, r) / np.maximum(np.minimum(N[rows], r), 1)
+    return np.bincount(rows, weights=terms, minlength=n_q) / np.maximum(R, 1)
+
+
+def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only: bool = False) -> str:
     """The metric definitions a run used, as Markdown (logged with every run), from :data:`TABLE`."""
     gain_text = "2^rel - 1 (`gain: exp`)" if gain == "exp" else "rel (`gain: linear`, as trec_eval)"
-    rows = "\n".join(f"| `{f.name}_at_K` | {f.definition.format(gain=gain_text)} |" for f in TABLE)
+    rows = "\n".join(f"| `{f.key}` | {f.definition.format(gain=gain_text)} |" for f in TABLE)
+    if judged_only:
+        lists = ("**This run scored condensed lists (`judged_only: true`)**: unjudged documents were removed "
+                 "from each ranking before scoring (Sakai 2007; trec_eval `-J`, pytrec_eval "
+                 "`judged_docs_only_flag=True`), so every metric but `judged_at_K` describes the judged "
+                 "documents only, in their order; `context_utility_at_K` places the condensed top K. Such "
+                 "numbers are not comparable with those of runs that scored the full rankings.")
+    else:
+        lists = ("Full rankings (`judged_only: false`): unjudged documents count as not relevant. With "
+                 "`judged_only: true` they are removed from each ranking before scoring (condensed lists: "
+                 "Sakai 2007; trec_eval `-J`).")
     return f"""# Metric definitions used by this run
 
 Grades are the integers of the qrels; unjudged documents have grade 0; negative grades
 count as 0. A document is relevant when grade >= {relevance_level} (`relevance_level`).
 rel_i is the grade at rank i (1-based); R is the number of relevant judged documents
-(judged documents missing from the corpus included, as trec_eval counts them).
+(judged documents missing from the corpus included, as trec_eval counts them). A document
+is judged for a query when the qrels give it a grade >= 0 for that query (0 included); a
+negative grade marks a document in the pool but not judged (trec_eval's convention) and
+counts as unjudged.
 
 | key | definition |
 |---|---|
 {rows}
 
+- {lists}
+- A run warns when the mean `judged_at_{JUDGED_WARN_K}` is below {JUDGED_WARN_BELOW}: unjudged documents in
+  the top ranks bias the other metrics low for this retriever; pool it.
 - Retrieval metrics are computed on the retriever's order; `context_utility_at_K` on the
   placed order.
+- Chunked runs (`chunker` other than `none`; README, "Chunking and token budgets"): the
+  retrieval metrics score the document ranking folded from the chunk ranking
+  (`chunker.fold`: `maxp` = a document's best chunk score, `sump` = the sum of its retrieved
+  chunks' scores, `firstp` = its first chunk's score; Dai & Callan 2019), so they compare with
+  unchunked runs. The context families (`context_*`) score the top K chunks, each with its
+  document's grade; `context_utility_at_K`'s ideal is then every chunk of the judged
+  documents with its document's grade, sorted descending.
+- Token budgets (chunked runs, or any run with `budget`): the context under B tokens is the
+  longest prefix of the chunk ranking whose tokens sum to <= B (n chunks, placed by the
+  reorder strategy under the attention curve over n slots). Per B: `n_chunks_budget_B` (mean
+  n), `tokens_budget_B` (mean tokens used), `context_precision_budget_B` (share of the n chunks
+  from relevant documents; 0 when n = 0), `context_recall_budget_B` (distinct relevant
+  documents in the context / R), `relevant_token_share_budget_B` (tokens of chunks from relevant
+  documents / tokens in the context; 0 when empty), `context_utility_budget_B` (as
+  `context_utility_at_K` with K = n); each also a stepped metric `budget/<name>` with step = B.
 - Means are over the queries with at least one relevant document (`n_queries`); judged
   queries without one are left out and counted (`n_queries_no_relevant`). A judged query
   that retrieved nothing scores 0.
 - Order: {tie_rule}
 - With `gain: linear` the numbers equal trec_eval (`P_K`, `recall_K`, `ndcg_cut_K`,
-  `map_cut_K`, `recip_rank`, `map`); with `gain: exp` nDCG equals ranx `ndcg_burges`.
+  `map_cut_K`, `recip_rank`, `map`, `bpref`; with `judged_only`, the same under `-J`); with
+  `gain: exp` nDCG equals ranx `ndcg_burges`; `judged_at_K` equals ir_measures `Judged@K`
+  (which counts negative grades as judged).
 """
