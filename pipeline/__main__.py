@@ -13,7 +13,7 @@ import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline.errors import InputError
 from pipeline.run import run_job
 from pipeline.sweep import Interrupted, on_interrupt
-from pipeline import tracking
+from pipeline import console, tracking
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -34,6 +34,7 @@ def check_command_line(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    console.setup()  # before torch/transformers: no progress bars or colour where no terminal
     check_command_line(sys.argv[1:])
     if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
