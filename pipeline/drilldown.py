@@ -45,7 +45,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from pipeline.formats import arrow_array
+
 from pipeline.metrics import Qrels, n_relevant
+
+
+def _text(value: str) -> pa.Scalar:
+    """An arrow string scalar; a Python str passed to a compute kernel imports pandas."""
+    return arrow_array([value], pa.string())[0]
 
 log = logging.getLogger(__name__)
 
@@ -187,25 +194,27 @@ class DrillDown:
         doc = f"`{self.doc_ids[d]}`" if markdown else str(self.doc_ids[d])
         return f"{doc} ({grade})" + ("" if text is None else f' "{text}"')
 
-    def top_k_cells(self) -> pa.Array:
+    def top_k_cells(self) -> pa.Array:  # noqa: D401
         """``top_<k>``: one string per query (see the module docstring), built column-wise."""
         head = self.doc_idx[:, : self.k]
         filled = head >= 0
         unique, where = np.unique(head[filled], return_inverse=True)
         docs = unique.tolist()
         snips = self._snippets(unique)
-        ids = pa.array([str(self.doc_ids[d]) for d in docs], pa.string())
-        tails = pa.array([")" if snips.get(d) is None else f') "{snips[d]}"' for d in docs], pa.string())
-        grades = pc.if_else(pa.array(self.judged[:, : self.k][filled]),
-                            pc.cast(pa.array(self.grades[:, : self.k][filled]), pa.string()), "-")
-        where = pa.array(where.reshape(-1))
-        entries = pc.binary_join_element_wise(pc.take(ids, where), " (", grades, pc.take(tails, where), "")
+        # formats.arrow_array, not pa.array: pyarrow imports pandas on its first pa.array call.
+        ids = arrow_array([str(self.doc_ids[d]) for d in docs], pa.string())
+        tails = arrow_array([")" if snips.get(d) is None else f') "{snips[d]}"' for d in docs], pa.string())
+        grades = pc.if_else(arrow_array(np.asarray(self.judged[:, : self.k][filled], dtype=bool)),
+                            pc.cast(arrow_array(np.asarray(self.grades[:, : self.k][filled], dtype=np.int64)),
+                                    pa.string()), _text("-"))
+        where = arrow_array(np.asarray(where.reshape(-1), dtype=np.int64))
+        entries = pc.binary_join_element_wise(pc.take(ids, where), _text(" ("), grades, pc.take(tails, where), _text(""))
         offsets = np.concatenate([[0], np.cumsum(filled.sum(axis=1))]).astype(np.int32)
-        return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), entries), " | ")
+        return pc.binary_join(pa.ListArray.from_arrays(arrow_array(offsets), entries), _text(" | "))
 
     def columns(self) -> dict[str, Any]:
         """The new per-query columns (:func:`column_names`), as arrays for pyarrow/pandas."""
-        first = pa.array([f or None for f in self.first_relevant.tolist()], type=pa.int64())
+        first = arrow_array([f or None for f in self.first_relevant.tolist()], pa.int64())
         texts = [""] * len(self.query_ids) if self.query_texts is None else [" ".join(str(t).split())
                                                                              for t in self.query_texts]
         return dict(zip(column_names(self.k), (texts, first, self.judged_at_k, self.top_k_cells())))

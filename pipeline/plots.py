@@ -3,24 +3,51 @@
 Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot's global
 state, so they are safe in threads and parallel Hydra jobs; ``fig.savefig(path)`` renders
 them with the Agg canvas. The caller (tracking) saves and logs them.
+
+matplotlib costs a job ~1.5 s of CPU (its import and two figures). A job without a tracking
+process hands its figures to a figure process, ``python -m pipeline.plots --stdin``
+(:class:`FigureProcess`), started when the job starts: it imports matplotlib while the job
+computes and draws while the job writes its other results; the job waits for the figures
+before it writes its record, and draws them itself if that process failed. With a tracking
+process, that process draws the figures a sequential sweep's jobs leave to it.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
 from pipeline.metrics import CURVES, LABELS, STANDARD_KS
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
 #: Display names for the curve keys of the MLflow contract (curve/<key>), from the metric table.
 CURVE_LABELS = {name: LABELS[name] for name in CURVES}
+
+
+def _figure(**kwargs: Any) -> Figure:
+    """``matplotlib.figure.Figure(**kwargs)``; matplotlib is imported on the first figure, so
+    importing this module (a job that hands its figures to the figure process) stays cheap."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def _ks(values: NDArray) -> NDArray[np.int64]:
@@ -54,7 +81,7 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
         raise KeyError(f"k_sweep_figure: curves lack {missing}")
     # Fixed margins rather than a layout engine: a job saves its figures once per run, and
     # constrained layout draws every figure twice.
-    fig = Figure(figsize=(15, 4.5))
+    fig = _figure(figsize=(15, 4.5))
     fig.subplots_adjust(left=0.045, right=0.99, bottom=0.12, top=0.86, wspace=0.2)
     axes = fig.subplots(1, 3)
     panels = [
@@ -94,7 +121,7 @@ def pr_curve_figure(
     k_max = len(precision)
     if label_ks is None:
         label_ks = sorted({K for K in STANDARD_KS if K <= k_max} | {k_max})
-    fig = Figure(figsize=(6, 5))
+    fig = _figure(figsize=(6, 5))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.92)
     ax = fig.subplots()
     ax.plot(recall, precision, marker="o", markersize=3, label="K = 1..%d" % k_max)
@@ -141,7 +168,7 @@ def sweep_summary_figure(
     names = [str(n) for n in (table[name_column] if name_column in table.columns else table.index)]
     n_jobs = len(names)
     lines = [name for name in curves if name in names] + [name for name in curves if name not in names]
-    fig = Figure(figsize=(15, max(4.8, 0.3 * n_jobs * max(1, len(metric_keys)) ** 0.5 + 2.5)), layout="constrained")
+    fig = _figure(figsize=(15, max(4.8, 0.3 * n_jobs * max(1, len(metric_keys)) ** 0.5 + 2.5)), layout="constrained")
     bar_ax, ndcg_ax, recall_ax = fig.subplots(1, 3, width_ratios=[1.3, 1, 1])
 
     positions = np.arange(n_jobs)
@@ -204,8 +231,11 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
         "k_sweep.png": k_sweep_figure(curves, k, title),
         "precision_recall.png": pr_curve_figure(curves["precision"], curves["recall"], title),
     }
+    from pipeline.results import atomic_open  # a reader never sees half a PNG
+
     for name, figure in figures.items():
-        figure.savefig(folder / name, dpi=110)
+        with atomic_open(folder / name, "wb") as fh:
+            figure.savefig(fh, dpi=110, format="png")
     return [folder / name for name in figures]
 
 
@@ -245,7 +275,7 @@ def forest_figure(comparisons: Mapping[str, Sequence[Mapping]], baseline: str, t
         raise ValueError("forest_figure: no metrics")
     systems = list(dict.fromkeys(row["system"] for rows in comparisons.values() for row in rows))
     n = max(len(systems), 1)
-    fig = Figure(figsize=(min(3.6 * len(metrics) + 3.2, 16), 1.6 + 0.42 * n), layout="constrained")
+    fig = _figure(figsize=(min(3.6 * len(metrics) + 3.2, 16), 1.6 + 0.42 * n), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(metrics), sharey=True))
     y = {name: i for i, name in enumerate(systems)}
     for ax, metric in zip(axes, metrics):
@@ -280,7 +310,7 @@ def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: 
     metrics = list(diffs)
     if not metrics:
         raise ValueError("per_query_diff_figure: no metrics")
-    fig = Figure(figsize=(min(4.6 * len(metrics), 16), 4.6), layout="constrained")
+    fig = _figure(figsize=(min(4.6 * len(metrics), 16), 4.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(metrics), sharey=False))
     for ax, metric in zip(axes, metrics):
         for j, (system, values) in enumerate(diffs[metric].items()):
@@ -312,7 +342,7 @@ def main_effects_figure(effects: Mapping[str, Mapping[str, Sequence[Mapping]]], 
     factors = list(dict.fromkeys(f for by_factor in effects.values() for f in by_factor))
     if not metrics or not factors:
         raise ValueError("main_effects_figure: no factors")
-    fig = Figure(figsize=(min(4.2 * len(metrics) + 0.6, 16), min(3.1 * len(factors) + 1.0, 20)),
+    fig = _figure(figsize=(min(4.2 * len(metrics) + 0.6, 16), min(3.1 * len(factors) + 1.0, 20)),
                  layout="constrained")
     axes = np.asarray(fig.subplots(len(factors), len(metrics), squeeze=False))
     for i, factor in enumerate(factors):
@@ -334,3 +364,134 @@ def main_effects_figure(effects: Mapping[str, Mapping[str, Sequence[Mapping]]], 
                 ax.set_title(metric_label(metric))
     fig.suptitle(f"{title}\nmean over queries of the jobs at each value, 95% bootstrap CI", fontsize="medium")
     return fig
+
+
+# --------------------------------------------------------------------------- the figure process
+#: Seconds a job waits for its figures from the figure process before drawing them itself.
+FIGURE_TIMEOUT_S = 120.0
+
+
+class FigureProcess:
+    """``python -m pipeline.plots --stdin``: draws jobs' figures in a process of its own.
+
+    Requests are JSON lines ``{"folder", "curves", "k", "title"}`` (the arguments of
+    :func:`save_run_figures`); each gets one answer line ``{"ok": true}`` or ``{"ok": false,
+    "error": ...}``, in order. A plain ``python`` child, like the tracking process
+    (``pipeline.tracking.Tracker``); it exits when its standard input closes.
+    """
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.plots", "--stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, bufsize=0,
+        )
+        self._pending: list[tuple[Path, dict[str, list[float]], int, str]] = []
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def draw(self, folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> None:
+        """Queue a job's figures (:func:`save_run_figures`); :meth:`wait` makes sure of them."""
+        request = (Path(folder).resolve(), {key: np.asarray(v, np.float64).tolist() for key, v in curves.items()},
+                   int(k), str(title))
+        self._pending.append(request)
+        line = {"folder": str(request[0]), "curves": request[1], "k": request[2], "title": request[3]}
+        try:
+            self._proc.stdin.write((json.dumps(line) + "\n").encode())
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # wait() draws them here
+
+    def wait(self, timeout: float = FIGURE_TIMEOUT_S) -> None:
+        """Return once every queued job's figures are on disk: drawn by the figure process or,
+        when it failed, died or took longer than ``timeout`` seconds, by this process."""
+        deadline = time.monotonic() + timeout
+        pending, self._pending = self._pending, []
+        for i, request in enumerate(pending):
+            error = self._answer(deadline)
+            if error is not None:
+                log.warning("the figure process failed (%s); drawing the figures here", error)
+                self._proc.kill()  # its later answers would belong to requests drawn here
+                self._proc.wait()
+                for folder, curves, k, title in pending[i:]:
+                    try:
+                        save_run_figures(folder, {key: np.asarray(v) for key, v in curves.items()}, k, title)
+                    except OSError as err:  # e.g. the folder of an earlier job that could not write
+                        log.warning("cannot draw the figures in %s: %s", folder, err)
+                return
+
+    def _answer(self, deadline: float) -> str | None:
+        """None when the next answer says the figures were drawn, else what went wrong."""
+        import select
+
+        fd = self._proc.stdout.fileno()
+        line = b""
+        while not line.endswith(b"\n"):
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return "no answer in time"
+            chunk = os.read(fd, 1)
+            if not chunk:
+                self._log.seek(0)
+                tail = self._log.read().decode(errors="replace").strip().splitlines()[-1:]
+                return f"exit status {self._proc.wait()}{': ' + tail[0] if tail else ''}"
+            line += chunk
+        answer = json.loads(line)
+        return None if answer.get("ok") else str(answer.get("error"))
+
+    def close(self) -> None:
+        """Close the pipe: the process exits once its queued figures are drawn."""
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+
+
+_FIGURES: list[FigureProcess] = []  # this process's figure process (a sequential sweep reuses it)
+
+
+def figure_process() -> FigureProcess | None:
+    """This process's figure process, started on first use (and again if it died); None when
+    matplotlib is loaded here already (a test session, the end of a sweep): then drawing
+    here is cheaper than starting a process."""
+    if "matplotlib" in sys.modules and not _FIGURES:
+        return None
+    if not _FIGURES or not _FIGURES[0].alive():
+        if not _FIGURES:
+            import atexit
+
+            atexit.register(lambda: [f.close() for f in _FIGURES])
+        _FIGURES[:] = [FigureProcess()]
+    return _FIGURES[0]
+
+
+def serve() -> None:
+    """The figure process: draw the figures of every request on standard input until it closes."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the job handles Ctrl-C and waits for what it queued
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything else printed goes to the log, never into the answers
+    import matplotlib.backends.backend_agg  # noqa: F401  (now, while the job computes: savefig's canvas)
+    import matplotlib.figure  # noqa: F401
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            curves = {key: np.asarray(values, np.float64) for key, values in request["curves"].items()}
+            save_run_figures(request["folder"], curves, int(request["k"]), str(request["title"]))
+            answer: dict[str, Any] = {"ok": True}
+        except Exception as exc:  # answered, and drawn by the job instead
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--stdin"]:
+        sys.exit("usage: python -m pipeline.plots --stdin  (the figure process of a job; see pipeline.plots)")
+    serve()

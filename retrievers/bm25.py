@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
@@ -131,8 +132,7 @@ def resolve_stopwords(stopwords: str | Sequence[str] | None) -> tuple[str | None
     if stopwords is None or stopwords is False:
         return None, frozenset()
     if isinstance(stopwords, str):
-        from bm25s.tokenization import Tokenizer
-
+        Tokenizer = _bm25s_tokenizer()
         try:  # bm25s's public tokenizer resolves a list name ("en", "german"...) to its words
             words = Tokenizer(stopwords=stopwords, stemmer=None).stopwords
         except ValueError as err:
@@ -140,6 +140,25 @@ def resolve_stopwords(stopwords: str | Sequence[str] | None) -> tuple[str | None
         return stopwords, frozenset(words)
     words = frozenset(str(w).lower() for w in stopwords)
     return None, words
+
+
+def _bm25s_tokenizer() -> Any:
+    """bm25s's ``Tokenizer`` class, imported without numba.
+
+    bm25s's package init imports numba whenever it is installed (ranx, a test dependency,
+    brings it): 1-1.5 s of every BM25 job, for a retrieval backend this module never uses
+    (only bm25s's stop word lists are). Unless numba is loaded already, the import runs
+    with numba hidden, so bm25s takes its numpy-only path (``bm25s.BM25(backend="numpy")``,
+    its default, is unaffected); ``import numba`` works as before afterwards."""
+    if "bm25s" not in sys.modules and "numba" not in sys.modules:
+        sys.modules["numba"] = None  # type: ignore[assignment]  # "import numba" -> ImportError
+        try:
+            from bm25s.tokenization import Tokenizer
+        finally:
+            del sys.modules["numba"]
+    from bm25s.tokenization import Tokenizer
+
+    return Tokenizer
 
 
 class Analyzer:

@@ -679,6 +679,7 @@ def test_every_dataset_config_instantiates(tmp_path, irds_id):
         "beir": {"path": str(beir)},
         "trec": {k: str(v) for k, v in trec.items()},
         "ir_datasets": {"id": irds_id},
+        "sample_long": {},
     }
     files = sorted((ROOT / "conf" / "dataset").glob("*.yaml"))
     assert {f.stem for f in files} == set(overrides)
