@@ -26,6 +26,8 @@ Layout under ``cache_dir``::
 
     arrays/<digest>.npy  arrays/<digest>.json                       load_or_compute_array
     rankings/<base>-d<depth>.doc_idx.npy  .scores.npy  .json        load_or_compute_ranking_arrays
+    texts/<digest>/<shard>.hashes.npy  .emb.npy  .json               TextEmbeddingStore (per-text rows)
+    files/<digest>/<name>  <name>.json                               load_or_build_file (ONNX exports)
 
 where ``digest`` is the sha256 of the key's canonical JSON and ``base`` the digest of the
 key without its ``depth``, so a deeper ranking can serve a shallower request.
@@ -43,6 +45,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -498,3 +501,193 @@ def load_or_compute_ranking_arrays(
     ]):
         log.debug("ranking cache write %s", meta)
     return computed, False
+
+
+# --------------------------------------------------------------------------- per-text embeddings
+# Layout: texts/<digest of the store key>/<shard>.hashes.npy  <shard>.emb.npy  <shard>.json
+# One shard per encoding call that had texts to encode (only those); a lookup reads the
+# shards, each verified like any entry, until every text asked for is found.
+
+TEXTS = "texts"
+FILES = "files"
+
+
+def text_hashes(texts: Sequence[str]) -> NDArray[np.uint64]:
+    """xxh3_128 (blake2b-128 where xxhash is missing) of each text's UTF-8 bytes, as an
+    ``[n, 2]`` uint64 array: one row per text, equal rows for equal texts."""
+    if xxhash is not None:
+        raw = b"".join(xxhash.xxh3_128_digest(str(t).encode("utf-8")) for t in texts)
+    else:  # pragma: no cover - xxhash is a dependency
+        raw = b"".join(hashlib.blake2b(str(t).encode("utf-8"), digest_size=16).digest() for t in texts)
+    return np.frombuffer(raw, dtype=np.uint64).reshape(len(texts), 2).copy()
+
+
+class TextEmbeddingStore:
+    """Embeddings kept per text: the rows of texts already encoded under ``key`` (the model's
+    identity, backend and settings) are read back; only the others need encoding.
+
+    ``lookup(hashes)`` -> (embeddings with zero rows where missing, found mask, shards read);
+    ``add(hashes, embeddings)`` stores new rows as one shard (arrays, then the JSON marker,
+    each atomically). Every shard is verified when read (its key, the content hashes of both
+    arrays, shapes, finite values); a damaged one is a warning, discarded and never trusted.
+    """
+
+    def __init__(self, cache_dir: str | Path, key: Mapping[str, Any]):
+        self.cache_dir = Path(cache_dir)
+        self.key = _canonical(key)
+        self.folder = self.cache_dir / TEXTS / digest({"key": self.key, "text_hash": HASH_ALGO})
+
+    def _shards(self) -> list[Path]:
+        try:
+            return sorted(self.folder.glob("*.json"))
+        except OSError:
+            return []
+
+    def _read_shard(self, meta: Path) -> tuple[NDArray[np.uint64], NDArray[np.float32]] | None:
+        stem = meta.name[: -len(".json")]
+        hashes_path, emb_path = meta.with_name(f"{stem}.hashes.npy"), meta.with_name(f"{stem}.emb.npy")
+        try:
+            stored = _read_meta(meta)
+            if stored.get("key") != self.key:
+                log.warning("text cache shard %s holds another key (digest collision?); ignoring it", meta)
+                return None
+            hashes = _load_verified(hashes_path, _stored_hash(stored, "hashes"), "uint64")
+            emb = _load_verified(emb_path, _stored_hash(stored, "embeddings"), "float32")
+            n = stored.get("n")
+            _check_shape(hashes_path, hashes.shape, (n, 2))
+            _check_shape(emb_path, emb.shape, (n, stored.get("dim")))
+            if not _all_finite(emb):
+                raise _Damaged(emb_path, "non-finite values")
+            return hashes, emb
+        except _Legacy as why:
+            log.info("text cache shard %s cannot be verified (%s); discarding it", meta, why)
+        except _Damaged as bad:
+            log.warning("text cache file %s is unreadable or damaged: %s; discarding it", bad.path, bad)
+        _discard(meta)
+        return None
+
+    def lookup(self, hashes: NDArray[np.uint64]) -> tuple[NDArray[np.float32] | None, NDArray[np.bool_], int]:
+        """(embeddings [n, dim] with zero rows for texts not found, or None when none was
+        found; the found mask; the number of shards read)."""
+        n = hashes.shape[0]
+        found = np.zeros(n, dtype=bool)
+        if n == 0:
+            return None, found, 0
+        wanted: dict[bytes, list[int]] = {}
+        for i, row in enumerate(hashes):
+            wanted.setdefault(row.tobytes(), []).append(i)
+        out: NDArray[np.float32] | None = None
+        read = 0
+        for meta in self._shards():
+            if not wanted:
+                break
+            shard = self._read_shard(meta)
+            if shard is None:
+                continue
+            read += 1
+            shard_hashes, emb = shard
+            if out is None:
+                out = np.zeros((n, emb.shape[1]), np.float32)
+            elif emb.shape[1] != out.shape[1]:
+                log.warning("text cache shard %s has dim %d, others %d; ignoring it", meta, emb.shape[1], out.shape[1])
+                continue
+            for j, row in enumerate(shard_hashes):
+                rows = wanted.pop(row.tobytes(), None)
+                if rows is not None:
+                    out[rows] = emb[j]
+                    found[rows] = True
+        return (out if found.any() else None), found, read
+
+    def add(self, hashes: NDArray[np.uint64], embeddings: NDArray[np.float32]) -> bool:
+        """Store ``embeddings[i]`` for the text of ``hashes[i]`` (one new shard). Returns
+        whether it was written (not when empty, non-finite or the folder is not writable)."""
+        hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if hashes.shape[0] == 0:
+            return False
+        if hashes.ndim != 2 or hashes.shape[1] != 2 or emb.ndim != 2 or emb.shape[0] != hashes.shape[0]:
+            raise ValueError(f"hashes {hashes.shape} and embeddings {emb.shape} do not match")
+        if not _all_finite(emb):
+            log.warning("embeddings with non-finite values not added to the text cache %s", self.folder)
+            return False
+        stem = content_hash(hashes).split(":", 1)[1][:32]  # the same texts give the same shard name
+        meta = self.folder / f"{stem}.json"
+        hashes_path, emb_path = self.folder / f"{stem}.hashes.npy", self.folder / f"{stem}.emb.npy"
+        record = {"key": self.key, "n": int(hashes.shape[0]), "dim": int(emb.shape[1]),
+                  "hash": {"hashes": content_hash(hashes), "embeddings": content_hash(emb)}}
+        return _write_entry(self.cache_dir, [
+            (emb_path, lambda: save_array(emb_path, emb)),
+            (hashes_path, lambda: save_array(hashes_path, hashes)),
+            (meta, lambda: save_json(meta, record)),
+        ])
+
+
+# --------------------------------------------------------------------------- built files
+
+
+def file_hash(path: str | Path) -> str:
+    """``"<algo>:<hex>"`` of a file's bytes (xxh3_128, blake2b-128 where xxhash is missing)."""
+    h = xxhash.xxh3_128() if xxhash is not None else hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return f"{HASH_ALGO}:{h.hexdigest()}"
+
+
+def load_or_build_file(cache_dir: str | Path | None, key: Mapping[str, Any], name: str,
+                       build: Callable[[Path], None]) -> tuple[Path, bool]:
+    """A file built once per ``key`` (an exported model, ...). Returns (path, hit).
+
+    ``build(path)`` writes the file at ``path`` (a temporary folder); it is then renamed to
+    ``files/<digest of key>/<name>`` under ``cache_dir`` and its JSON marker (key, size,
+    content hash) written last. A cached file is used only when its marker's key matches and
+    its size and hash are those recorded; else it is built again. ``cache_dir=None`` or a
+    folder that cannot be written: built into a temporary folder of this process."""
+    if cache_dir is not None:
+        folder = Path(cache_dir) / FILES / digest(key)
+        target, meta = folder / name, folder / f"{name}.json"
+        if meta.exists():
+            try:
+                stored = _read_meta(meta)
+                if stored.get("key") != _canonical(key):
+                    raise _Damaged(meta, "holds another key")
+                expected = _stored_hash(stored, "file")
+                try:
+                    size = target.stat().st_size
+                except OSError as err:
+                    raise _Damaged(target, f"unreadable ({err})") from None
+                if size != stored.get("size"):
+                    raise _Damaged(target, f"{size} bytes, {stored.get('size')} recorded")
+                if file_hash(target) != expected:
+                    raise _Damaged(target, "content hash mismatch (the file changed after it was written)")
+                return target, True
+            except _Legacy as why:
+                log.info("cached file %s cannot be verified (%s); building it again", meta, why)
+            except _Damaged as bad:
+                log.warning("cached file %s is unreadable or damaged: %s; building it again", bad.path, bad)
+            _discard(meta)
+        made: list[Path] = []
+
+        def make_tmp() -> None:
+            folder.mkdir(parents=True, exist_ok=True)
+            made.append(Path(tempfile.mkdtemp(dir=folder, prefix=f".{name}.", suffix=".tmp")))
+
+        _write_entry(cache_dir, [(folder, make_tmp)])  # a folder that cannot be written: one warning
+        if made:
+            tmp = made[0]
+            try:
+                built = tmp / name
+                build(built)
+                record = {"key": key, "size": built.stat().st_size, "hash": {"file": file_hash(built)}}
+                if _write_entry(cache_dir, [(target, lambda: os.replace(built, target)),
+                                            (meta, lambda: save_json(meta, record))]):
+                    return target, False
+                if built.exists():  # could not be committed: keep it outside the cache
+                    keep = Path(tempfile.mkdtemp(prefix="rag-eval-build-")) / name
+                    shutil.move(built, keep)
+                    return keep, False
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rag-eval-build-"))
+    build(tmp / name)
+    return tmp / name, False

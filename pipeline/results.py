@@ -11,7 +11,10 @@ folder and renamed (``os.replace``), so a reader never sees half a file.
 file                   what                                                        written by
 =====================  ==========================================================  ==============
 metrics.json           headline means, curves, the collection's counts             the job
-per_query.csv          every metric at every K, one row per query                  the job
+per_query.csv          every metric at every K, one row per query, and the         the job
+                       drill-down (``pipeline.drilldown``: query text, first
+                       relevant rank, judged share, top k with snippets)
+failures.md            the queries with no relevant document in the top k          the job
 run.trec               the ranking as a TREC run (``qid Q0 docid rank score tag``)  the job
 context.tsv            the placed order fed to the generator (query, slot, doc)    the job
 config.yaml            the resolved config                                         the job

@@ -28,13 +28,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from pipeline import config, tracking
+from pipeline import chunkers, config, console, drilldown, plots, tracking
 from pipeline import results as res
 from pipeline.data import Collection
 from pipeline.errors import InputError
-from pipeline.formats import write_run
-from pipeline.metrics import (CURVES, Evaluation, definition_card, evaluate, grade_matrix, ideal_matrix, parse_key,
-                              report_ks)
+from pipeline.formats import arrow_array, write_run
+from pipeline.metrics import (CURVES, UNJUDGED, Evaluation, condense, definition_card, evaluate, grade_matrix,
+                              ideal_matrix, judged_warning, parse_key, report_ks)
 from pipeline.placement import context_utility, place
 from retrievers.base import Ranking, load_or_compute_ranking
 
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CURVES", "run", "run_job", "load", "retrieve", "score", "headline", "write_results"]
 FAILED_FILE = res.FAILED
+#: per_query.csv holds every K = 1..k_max up to this k_max, else the reported cut-offs only.
+PER_QUERY_ALL_K = 1000
 TIE_RULE = "score descending, then document index ascending (the retrievers' order)"
 
 
@@ -135,18 +137,29 @@ def retrieve(cfg: DictConfig, collection: Collection, depth: int) -> tuple[Ranki
 
 
 def score(cfg: DictConfig, collection: Collection, ranking: Ranking, strategy: Any, curve: Any) -> Evaluation:
-    """Retrieval metrics on the ranking, context utility on the placed order, K = 1..k_max."""
+    """Retrieval metrics on the ranking, context utility on the placed order, K = 1..k_max.
+
+    With ``judged_only`` both score the condensed ranking (unjudged documents removed, trec_eval
+    ``-J``); judged_at_K always describes the ranking as retrieved."""
     gain = config.gain_name(cfg)
-    grades = grade_matrix(ranking.doc_idx, collection.qrels)
+    judged_only = judged_only_of(cfg)
+    lookup = grade_matrix(ranking.doc_idx, collection.qrels, unjudged=UNJUDGED)
     ev = evaluate(ranking.doc_idx, collection.qrels, cfg.k_max, gain=gain,  # type: ignore[arg-type]
-                  relevance_level=cfg.relevance_level, grades=grades)
+                  relevance_level=cfg.relevance_level, lookup=lookup, judged_only=judged_only)
+    if judged_only:
+        lookup = condense(ranking.doc_idx, lookup)[1]
     ideal = ideal_matrix(collection.qrels, collection.n_queries, cfg.k_max)
-    ev.add("context_utility", context_utility(grades, ideal, cfg.k_max, strategy, curve, gain))
+    ev.add("context_utility", context_utility(np.maximum(lookup, 0), ideal, cfg.k_max, strategy, curve, gain))
     return ev
 
 
+def judged_only_of(cfg: DictConfig) -> bool:
+    """``judged_only`` of a config (False when a hand-made config has no such key)."""
+    return bool(cfg.get("judged_only", False))
+
+
 def headline(ev: Evaluation, k: int, k_max: int, objective: str) -> dict[str, float]:
-    """Every family at k and at the standard cut-offs, mrr, map, the objective and counts."""
+    """Every family at k and at the standard cut-offs, mrr, map, bpref, the objective and counts."""
     return ev.means(report_ks(k, k_max, [config.objective_k(objective, k_max)]))
 
 
@@ -179,14 +192,19 @@ def write_results(
     results.mkdir(parents=True, exist_ok=True)
     curves = {family: ev.curve(family) for family in CURVES}
     payload = {
+        "judged_only": judged_only_of(cfg),  # condensed lists (trec_eval -J): not comparable with full rankings
         "metrics": metrics,
         "curves": {name: values.tolist() for name, values in curves.items()},
         "collection": {"name": collection.name, "digest": collection.digest, "source": collection.source,
                        "n_docs": collection.n_docs, "n_queries": collection.n_queries, "report": collection.report},
     }
     res.write_json(results / "metrics.json", payload)
-    _write_csv(per_query, results / "per_query.csv")
+    # First: it refuses ids a TREC file cannot hold (a lone surrogate) with one line naming the id.
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)
+    # The drill-down (pipeline.drilldown): query text, first relevant rank, judged share, top k.
+    drill = drilldown.of_collection(collection, ranking.doc_idx, cfg.k, cfg.relevance_level)
+    _write_csv(drilldown.with_columns(per_query, drill), results / "per_query.csv")
+    res.write_text(results / drilldown.FAILURES_FILE, drill.failures_markdown())
     with res.atomic_open(results / "context.tsv") as fh:  # the placed order fed to the generator
         fh.write("query_id\tslot\tdoc_id\n")
         docs = np.asarray(collection.doc_ids, dtype=object)
@@ -194,7 +212,8 @@ def write_results(
             fh.writelines(f"{q}\t{slot}\t{docs[d]}\n" for slot, d in enumerate(row, start=1) if d >= 0)
     res.write_text(results / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     res.write_text(results / "definition_card.md",
-                   definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE))  # type: ignore[arg-type]
+                   definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE,  # type: ignore[arg-type]
+                                   judged_only=judged_only_of(cfg)))
     if with_plots:
         from pipeline.plots import save_run_figures
 
@@ -208,12 +227,14 @@ def _write_csv(table: Any, path: Path) -> None:
     import pyarrow.csv as pa_csv
 
     with res.atomic_open(path, "wb") as fh:
-        pa_csv.write_csv(pa.table(table), fh)
+        pa_csv.write_csv(pa.table({name: arrow_array(values) for name, values in table.items()}), fh)
 
 
 def _per_query_columns(ev: Evaluation, k: int) -> list[str]:
-    """The per-query table at k (the UI's table view; the full table is an artifact)."""
-    return ["query_id", *[f"{family}_at_{k}" for family in ev.families()], "mrr", "map", "n_relevant", "evaluated"]
+    """The per-query table at k (the UI's table view; the full table is an artifact), with
+    the drill-down's columns (``pipeline.drilldown.table_columns``)."""
+    return drilldown.table_columns(
+        [*[f"{family}_at_{k}" for family in ev.families()], *ev.full, "n_relevant", "evaluated"], k)
 
 
 def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
@@ -224,6 +245,8 @@ def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
     sweep = {"sweep_id": info.get("sweep_id", ctx.sweep_dir.name), "dir": str(ctx.sweep_dir.resolve())}
     if info.get("experiment"):
         sweep["experiment"] = info["experiment"]
+    if info.get("swept"):  # the keys the sweep varies (pipeline.sweep): first in the run names
+        sweep["swept"] = str(info["swept"])
     return sweep
 
 
@@ -235,40 +258,83 @@ def run(cfg: DictConfig) -> float:
     started_at, start = time.time(), time.perf_counter()
     settings = tracking.StoreSettings.of(cfg.tracking) if cfg.tracking.enabled else None
     # The tracking process imports mlflow and opens the store while this one computes.
+    if settings is not None and ctx.sweep_dir is None and (note := tracking.new_store_note(settings.uri)):
+        print(note)  # a sweep says it once, before its jobs (pipeline.sweep)
     tracker = tracking.tracker(settings) if settings is not None else None
+    # Without one, a figure process imports matplotlib meanwhile and draws the figures (pipeline.plots).
+    figures = plots.figure_process() if tracker is None else None
 
     with _timed(timings, "load"):
         collection = load(cfg)
+    # The chunker stage (pipeline.chunkers): None for chunker=none without a budget.
+    chunk_start = time.perf_counter()
+    stage = chunkers.prepare(cfg, collection)
+    if stage is not None:
+        timings["time_chunk_s"] = time.perf_counter() - chunk_start
     # Never deeper than the corpus; metrics still go to k_max (missing ranks are empty).
     depth = min(max(cfg.k, cfg.k_max), collection.n_docs)
     with _timed(timings, "retrieve"):
-        ranking, cache_hit = retrieve(cfg, collection, depth)
+        if stage is None:
+            ranking, cache_hit = retrieve(cfg, collection, depth)
+            chunk_ranking = ranking
+        else:  # chunks are retrieved; the document ranking is their fold (chunker.fold)
+            chunk_ranking, cache_hit = retrieve(cfg, stage.collection, stage.depth(depth))
+            ranking = Ranking(*_computing(lambda: chunkers.fold_ranking(
+                stage, chunk_ranking.doc_idx, chunk_ranking.scores, depth)))
     with _timed(timings, "place"):
         curve, strategy = _computing(lambda: (instantiate(cfg.attention), instantiate(cfg.reorder)))
-        placed = _computing(lambda: place(ranking.doc_idx, cfg.k, strategy, curve(cfg.k)))
+        placed = _computing(lambda: place(chunk_ranking.doc_idx, cfg.k, strategy, curve(cfg.k)))
+    stepped: dict[str, dict[str, float]] = {}
     with _timed(timings, "score"):
         ev = _computing(lambda: score(cfg, collection, ranking, strategy, curve))
+        if stage is not None:  # context families on the chunks, and per budget
+            gain = config.gain_name(cfg)
+            _computing(lambda: chunkers.context_scores(stage, ev, chunk_ranking.doc_idx, collection.qrels, cfg.k_max,
+                                                       cfg.relevance_level, strategy, curve, gain))
+            budget_metrics, stepped, _ = _computing(lambda: chunkers.budget_scores(
+                stage, ev, chunk_ranking.doc_idx, collection.qrels, cfg.relevance_level, strategy, curve, gain))
         metrics = headline(ev, cfg.k, cfg.k_max, cfg.objective)
+        if stage is not None:
+            metrics.update(budget_metrics)
         metrics.update(objective_ci(ev, cfg.objective, int(cfg.seed)))
-        per_query = ev.per_query(collection.query_ids)  # columns: written by pyarrow, no pandas
+        # Columns, written by pyarrow (no pandas): every K up to PER_QUERY_ALL_K, else the
+        # reported cut-offs (k_max=100000 would make a CSV of millions of columns).
+        per_query_ks = None if cfg.k_max <= PER_QUERY_ALL_K else report_ks(
+            cfg.k, cfg.k_max, [config.objective_k(cfg.objective, cfg.k_max)])
+        if per_query_ks is not None:
+            log.info("per_query.csv: the cut-offs %s only (k_max %d > %d)", per_query_ks, cfg.k_max, PER_QUERY_ALL_K)
+        per_query = ev.per_query(collection.query_ids, per_query_ks)
+    if warning := judged_warning(metrics):
+        log.warning("%s", warning)
 
     names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1]
              for g in ("retriever", "reorder", "attention")}
-    run_name = cfg.tracking.run_name or _run_name(names, cfg.k, ctx)
+    sweep = _sweep_info(ctx)
+    run_name = cfg.tracking.run_name or _run_name(names, cfg.k, ctx, sweep)
     # In a sequential sweep, drawing the figures and logging go to the tracking process and
     # the next job starts at once; the sweep's end waits for them (pipeline.sweep).
     deferred = tracker is not None and ctx.in_process_sweep
     with _timed(timings, "write"):
         try:
-            results = write_results(ctx.output_dir, cfg, collection, ranking, placed, ev, per_query, metrics,
-                                    run_name, with_plots=not deferred)
+            if figures is not None:  # drawn there while this process writes the rest
+                figures.draw(res.results_dir(ctx.output_dir) / "plots", {f: ev.curve(f) for f in CURVES}, cfg.k,
+                             run_name)
+            results = write_results(ctx.output_dir, cfg, collection, ranking,
+                                    placed if stage is None else stage.chunk_docs(placed), ev, per_query, metrics,
+                                    run_name, with_plots=not deferred and figures is None)
+            if stage is not None:  # chunk_run.trec, chunks.tsv and context.tsv with chunk ids
+                contexts = (list(placed) if cfg.get("budget") is None else
+                            chunkers.budget_context(stage, chunk_ranking.doc_idx, int(cfg.budget), strategy, curve))
+                chunkers.write_chunk_results(results, stage, collection, chunk_ranking.doc_idx, chunk_ranking.scores,
+                                             contexts, run_name)
+            if figures is not None:
+                figures.wait()  # the figures are on disk before the record (drawn here if that process failed)
         except OSError as err:  # the ranking stays in the cache: a rerun with a usable folder is quick
             raise InputError(f"cannot write the results to {ctx.output_dir}: {err.strerror or err} "
                              "(set paths.root or hydra.run.dir to a writable folder)") from err
     objective = float(metrics[cfg.objective])
     timings["time_total_s"] = time.perf_counter() - start
     experiment = cfg.tracking.experiment or collection.name
-    sweep = _sweep_info(ctx)
     res.write_record(results, {  # last: from here on the folder is complete and can be logged
         "format": res.RECORD_FORMAT,
         "job_key": uuid.uuid4().hex,
@@ -277,7 +343,8 @@ def run(cfg: DictConfig) -> float:
         "params": {key: tracking.redact(value) for key, value in config.flatten(config.resolved(cfg)).items()},
         "metrics": {**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
         "curves": {f"curve/{family}": ev.curve(family).tolist() for family in CURVES},
-        "tags": _tags(ctx, names, cache_hit, sweep),
+        **({"stepped": stepped} if stepped else {}),  # budget curves, step = B tokens (pipeline.chunkers)
+        "tags": {**_tags(ctx, names, cache_hit, sweep), "judged_only": str(judged_only_of(cfg)).lower()},
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
         "table_columns": _per_query_columns(ev, cfg.k) if cfg.tracking.log_per_query_table else None,
         "start_time_ms": int(started_at * 1000),
@@ -287,6 +354,8 @@ def run(cfg: DictConfig) -> float:
         "sweep": sweep,
         "tracking": None if settings is None else settings.as_dict(),
     })
+    if stage is not None:
+        print(chunkers.summary_text(stage, cfg, metrics))
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)
 
     if tracker is not None and settings is not None:
@@ -301,21 +370,60 @@ def run(cfg: DictConfig) -> float:
     return objective
 
 
-def _run_name(names: dict[str, str], k: int, ctx: JobContext) -> str:
-    """``<retriever>-<reorder>-k<k>``; an Optuna trial adds the values it sampled, so its
-    trials differ by name (``bm25-none-k10 k1=1.53 b=0.612``)."""
-    name = f"{names['retriever']}-{names['reorder']}-k{k}"
-    sampled = dict(o.split("=", 1) for o in ctx.overrides if "=" in o and o.split("=", 1)[0] in ctx.searched)
-    if sampled:
-        name += " " + " ".join(f"{key.rsplit('.', 1)[-1]}={_short(value)}" for key, value in sampled.items())
-    return name
+#: Groups whose choice is in a run name, each with the default it omits (None: always named).
+NAMED_GROUPS = {"retriever": None, "reorder": "none", "attention": "liu2023", "chunker": "none"}
+#: Short forms of long option names, so names survive MLflow's truncated name column.
+SHORT_NAMES = {"lost_in_the_middle": "litm", "lost_in_the_middle_langchain": "litm_lc",
+               "attention_optimal": "attn_opt", "hybrid_convex": "convex"}
+#: Overrides that never go into a name: where things are written and logged, the dataset
+#: (the experiment's name), the objective and seed (they change no retrieval or placement).
+_NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir", "dataset", "experiment", "objective", "seed"}
+
+
+def _run_name(names: dict[str, str], k: int, ctx: JobContext, sweep: dict[str, str] | None = None) -> str:
+    """A short name that tells runs apart in MLflow's truncated name column: what the sweep
+    varies first (its keys in order, then the values an Optuna trial sampled), then the
+    retriever, k, and every other non-default choice: reorder, attention curve, chunker (when
+    not their defaults) and the command line's other overrides (``retriever.k1=0.9`` ->
+    ``k1=0.9``). ``bm25 k10``; a sweep over k and reorder: ``k3 litm bm25``; an Optuna trial:
+    ``k1=1.534 b=0.6121 bm25 k10``."""
+    overrides = {}
+    for o in ctx.overrides:
+        key, eq, value = o.lstrip("+").partition("=")
+        if eq and not key.startswith("~"):
+            overrides[key] = value
+    choices = {g: names.get(g) or ctx.choices.get(g) for g in NAMED_GROUPS}
+
+    def token(key: str) -> str:
+        if key == "k":
+            return f"k{k}"
+        if key in NAMED_GROUPS:
+            return SHORT_NAMES.get(str(choices[key]), str(choices[key]))
+        return f"{key.rsplit('.', 1)[-1]}={_short(overrides.get(key, '?'))}"
+
+    tokens: dict[str, str] = {}
+    for key in [*(sweep or {}).get("swept", "").split(), *ctx.searched]:
+        if key in overrides or key in NAMED_GROUPS or key == "k":
+            tokens.setdefault(key, token(key))
+    for group, default in NAMED_GROUPS.items():
+        if group == "retriever":
+            tokens.setdefault("retriever", token("retriever"))
+            tokens.setdefault("k", token("k"))
+        elif choices[group] and choices[group] != default:
+            tokens.setdefault(group, token(group))
+    for key in overrides:
+        if key not in NAMED_GROUPS and key.split(".", 1)[0] not in _NOT_NAMED and "/" not in key:
+            tokens.setdefault(key, token(key))
+    return " ".join(tokens.values())
 
 
 def _short(value: str) -> str:
+    """A value as a name shows it: numbers to 4 significant digits, paths by their last part."""
     try:
         return f"{float(value):.4g}"
     except ValueError:
-        return value
+        value = value.strip("'\"")
+        return value.rstrip("/").rsplit("/", 1)[-1][:24] if "/" in value else value[:24]
 
 
 #: Bootstrap resamples of a job's objective CI (BCa, seeded by ``seed``).
@@ -376,6 +484,8 @@ def _track(tracker: tracking.Tracker, settings: tracking.StoreSettings, results:
         ) from err
     log.info("track: %.2f s", time.perf_counter() - t0)
     print(f"MLflow run {run_id} ({run_name}) in experiment {experiment!r} at {tracking.redact(settings.uri)}")
+    if marker := res.read_marker(results):
+        print(tracking.open_hint(settings.uri, str(marker.get("experiment_id", "")), str(run_id)))
     return str(run_id)
 
 
@@ -383,13 +493,17 @@ def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metri
                    cache_hit: bool, results: Path) -> None:
     k = cfg.k
     keys = [f"ndcg_at_{k}", f"precision_at_{k}", f"recall_at_{k}", f"map_at_{k}", f"mrr_at_{k}",
-            f"context_utility_at_{k}", "mrr", "map"]
+            f"context_utility_at_{k}", f"judged_at_{k}", "mrr", "map", "bpref"]
     if cfg.objective not in keys:
         keys.append(cfg.objective)
     lines = [f"{run_name} on {collection.name}: {int(metrics['n_queries'])} queries "
              f"({int(metrics['n_queries_no_relevant'])} without relevant documents left out), "
              f"{collection.n_docs} documents, ranking cache {'hit' if cache_hit else 'miss'}"]
-    lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys]
+    if judged_only_of(cfg):
+        lines.append("  judged_only: condensed lists (unjudged documents removed before scoring, trec_eval -J)")
+    lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys if key in metrics]
+    if warning := judged_warning(metrics):
+        lines.append(warning)
     lines.append(f"results: {results}")
     print("\n".join(lines))
 
@@ -403,27 +517,43 @@ def _user_error(exc: BaseException) -> tuple[str, int] | None:
         if isinstance(err, MissingMandatoryValue):
             key = getattr(err, "full_key", None) or str(err)
             return f"error: {key} is required: set it on the command line, e.g. {key}=...", 2
+        if type(err).__name__ == "InstantiationException" and isinstance(err.__cause__, ValueError):
+            # a retriever, reorder or attention constructor refused a value (retriever.k1=-1)
+            key = next((line.split(":", 1)[1].strip() for line in str(err).splitlines()
+                        if line.startswith("full_key:")), "config")
+            return f"error: {key}: {err.__cause__}", 2
         err = err.__cause__ or err.__context__
     return None
 
 
-def run_job(cfg: DictConfig) -> float:
+def run_job(cfg: DictConfig) -> Any:
     """``run(cfg)`` for the command line: a user mistake or a tracking failure prints one
     message and no traceback (``HYDRA_FULL_ERROR=1`` shows one). A single run then exits
-    with its status (2: bad input, 3: tracking); a sweep job returns NaN and leaves a
-    ``FAILED`` note in its folder, so the other jobs still run and the sweep ends non-zero
-    after its summary (``pipeline.sweep``)."""
+    with its status (2: bad input, 3: tracking); any other error of a single run is Hydra's
+    traceback. A sweep job that fails, for any reason, prints one line, leaves a ``FAILED``
+    note in its folder and returns NaN, so the other jobs still run and the sweep ends
+    non-zero after its summary (``pipeline.sweep``); in an Optuna sweep it returns a
+    ``console.FailedObjective`` instead, which the sweeper records as a failed trial.
+    The job's log file always gets the error (and the traceback of an unexpected one)."""
     try:
         return run(cfg)
     except Exception as exc:
         found = _user_error(exc)
-        if found is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        message, code = found
         ctx = job_context(OmegaConf.select(cfg, "paths.runs", default="outputs/runs"))
+        console.to_log_file(found[0] if found else f"the job failed: {type(exc).__name__}: {exc}",
+                            None if found else exc)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or (found is None and ctx.sweep_dir is None):
+            raise
+        if found is None:  # a sweep job's unexpected error: one line here, the traceback in its log
+            logs = console.log_files()
+            first = (str(exc).strip().splitlines() or [""])[0]
+            where = f" (traceback in {logs[0].baseFilename})" if logs else ""
+            found = (f"error: {type(exc).__name__}: {first}{where}", 1)
+        message, code = found
         if ctx.sweep_dir is None:
             print(message, file=sys.stderr)
             sys.exit(code)
-        print(f"job {ctx.output_dir.name} ({' '.join(ctx.overrides)}): {message}", file=sys.stderr)
+        line = f"job {ctx.output_dir.name} ({' '.join(ctx.overrides)}): {message}"
+        print(line, file=sys.stderr)
         res.write_failed(ctx.output_dir, " ".join(ctx.overrides), message)
-        return float("nan")
+        return console.FailedObjective(line) if ctx.searched else float("nan")

@@ -1,7 +1,8 @@
 """Score any TREC run file against qrels: ``python -m pipeline.score QRELS RUN``.
 
-The trec_eval of this project: same metric definitions as the pipeline (design.md's
-definition card), every cut-off in one vectorized pass.
+The trec_eval of this project: same metric definitions as the pipeline (README.md,
+"Metric definitions"; every run writes them as definition_card.md), every cut-off in one
+vectorized pass. More: README.md, "Scoring any run file".
 
 Query set: the judged queries of QRELS (like ``trec_eval -c``): a judged query missing from
 the run scores 0; run queries without judgments are ignored and counted on stderr.
@@ -19,6 +20,12 @@ and every other family keeps its last value. The numbers are those a computation
 K would give, bit for bit, in memory and time independent of --k-max (a note on stderr says
 where computing stopped).
 
+Incomplete judgments: judged_at_K (the share of the top K that the qrels grade, >= 0) and
+bpref (Buckley & Voorhees 2004, trec_eval's) are always reported; a note on stderr warns when
+the mean judged_at_10 is below 0.9 (the other numbers are then biased low: pool the run).
+--judged-only scores condensed lists (unjudged documents removed first, trec_eval -J); the
+output then says "judged_only": true.
+
 QRELS or RUN may be - (standard input) or a pipe (<(zcat run.gz)): it is read once.
 With gain=exp a grade >= 1024 (2^g - 1 overflows a 64-bit float) is an error naming the
 qrels line; use --gain linear for such scales. --json output is always valid JSON.
@@ -31,7 +38,7 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -40,9 +47,10 @@ from numpy.typing import NDArray
 
 from pipeline.errors import InputError
 from pipeline.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
-                               tie_break_rule)
+                               tie_break_rule, to_numpy)
 from pipeline.readers import require_file
-from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate
+from pipeline.metrics import (EXP_GAIN_LIMIT, FULL_DEPTH, Evaluation, Qrels, check_gain_overflow, evaluate,
+                              judged_warning)
 from retrievers.base import rows_to_ranking
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,9 @@ class Scored:
     evaluation: Evaluation  # computed up to evaluation.k_max <= k_max (see the module docstring)
     n_run_queries_unjudged: int  # queries in the run that have no judgments (ignored)
     k_max: int = 0  # the K asked for; values beyond evaluation.k_max are derived (``values``)
+    doc_idx: NDArray[np.int64] | None = None  # the ranking scored (row = query_ids), for the drill-down
+    qrels: Qrels | None = None
+    doc_vocab: Callable[[], pa.Array] | None = None  # the ids doc_idx and qrels index (made on demand)
 
     def values(self, family: str, k: int) -> NDArray[np.float64]:
         """Per-query ``family`` at cut-off ``k`` (1 <= k <= k_max), exact beyond the computed
@@ -88,7 +99,7 @@ class Scored:
             for k in ks:
                 key = f"{family}_at_{k}"
                 out[key] = computed[key] if k <= ev.k_max else float(derived_at[k])
-        for key in ("mrr", "map", "n_queries", "n_queries_no_relevant"):
+        for key in (*ev.full, "n_queries", "n_queries_no_relevant"):
             out[key] = computed[key]
         return out
 
@@ -117,10 +128,7 @@ def rank_run(
     query_ids = pc.array_sort_indices(pc.unique(qrels_file.query))
     query_ids = pc.take(pc.unique(qrels_file.query), query_ids)
     n_q = len(query_ids)
-    # One document vocabulary for both files; sorted when ids break ties (byte order = strcmp).
-    vocab = pc.unique(pa.concat_arrays([qrels_file.doc, run.doc_dict]))
-    if tie_break == "docid_desc":
-        vocab = pc.take(vocab, pc.array_sort_indices(vocab))
+    vocab = doc_vocab(qrels_file.doc, run.doc_dict, tie_break)
     qrels = Qrels(
         query_idx=_index_in(qrels_file.query, query_ids),
         doc_idx=_index_in(qrels_file.doc, vocab),
@@ -137,10 +145,19 @@ def rank_run(
     return query_ids.to_pylist(), doc_idx, qrels, n_unjudged
 
 
+def doc_vocab(qrels_docs: pa.Array, run_docs: pa.Array, tie_break: str = "file_order") -> pa.Array:
+    """One document vocabulary for the qrels' and the run's document ids (``rank_run``'s
+    document indices); sorted when ids break ties (byte order = strcmp)."""
+    vocab = pc.unique(pa.concat_arrays([qrels_docs, run_docs]))
+    if tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS) == "docid_desc":
+        vocab = pc.take(vocab, pc.array_sort_indices(vocab))
+    return vocab
+
+
 def _index_in(values: pa.Array, value_set: pa.Array) -> NDArray[np.int64]:
     """Position of each value in ``value_set`` (-1 when absent)."""
     found = pc.index_in(values, value_set=value_set)
-    return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return to_numpy(found, fill=-1).astype(np.int64)  # formats.to_numpy: no pandas import
 
 
 def score_files(
@@ -150,6 +167,7 @@ def score_files(
     gain: str = "exp",
     relevance_level: int = 1,
     tie_break: str = "file_order",
+    judged_only: bool = False,
 ) -> Scored:
     """Read, rank and evaluate; InputError for bad files (see the module docstring for K)."""
     qrels_file = read_qrels(qrels_path)
@@ -162,8 +180,11 @@ def score_files(
         path = require_file(qrels_path, "qrels")
         raise InputError(str(err), path, grade_line(path, min(top, EXP_GAIN_LIMIT))) from None
     k_eval = min(k_max, computed_depth(doc_idx, qrels))
-    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain, relevance_level=relevance_level)  # type: ignore[arg-type]
-    return Scored(query_ids, evaluation, unjudged, k_max)
+    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain, relevance_level=relevance_level,  # type: ignore[arg-type]
+                          judged_only=judged_only)
+    qrels_docs, run_docs = qrels_file.doc, run.doc_dict  # not the whole files: the vocabulary is made on demand
+    return Scored(query_ids, evaluation, unjudged, k_max, doc_idx, qrels,
+                  lambda: doc_vocab(qrels_docs, run_docs, tie_break))
 
 
 def computed_depth(doc_idx: NDArray[np.int64], qrels: Qrels) -> int:
@@ -182,6 +203,16 @@ def _parse_ks(text: str) -> list[int]:
     if not ks or ks[0] < 1:
         raise argparse.ArgumentTypeError(f"--k values must be >= 1, got {text!r}")
     return ks
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def _parse_tie_break(text: str) -> str:
@@ -211,7 +242,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="{" + ",".join(TIE_BREAKS_WITHOUT_CORPUS) + "}",
         help="order of tied scores: file_order (default) or docid_desc (trec_eval's); see below",
     )
-    parser.add_argument("--per-query", action="store_true", help="also report every query")
+    parser.add_argument("--per-query", action="store_true",
+                        help="also report every query, with the drill-down: first relevant rank, judged share and "
+                             "top documents (id, grade) per query, then the failing queries (none relevant in the "
+                             "top --top-k)")
+    parser.add_argument("--top-k", type=_positive_int, default=10, metavar="N",
+                        help="documents shown per query by --per-query, and the cut-off of its judged share and "
+                             "failures (default 10)")
+    parser.add_argument("--corpus", metavar="CORPUS",
+                        help="corpus (BEIR corpus.jsonl[.gz] or TSV id[, title], text): adds a snippet of each "
+                             "document's text to the drill-down; implies --per-query")
+    parser.add_argument("--queries", metavar="QUERIES",
+                        help="queries (JSONL _id/text or TSV id, text): adds the query texts; default with --corpus: "
+                             "queries.jsonl beside it, if any; implies --per-query")
+    parser.add_argument("--judged-only", action="store_true",
+                        help="condensed lists: remove unjudged documents from each ranking before scoring "
+                             "(trec_eval -J; judged_at_K still describes the full ranking)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
     return parser
@@ -223,15 +269,17 @@ def _format_table(means: dict[str, float], ks: Sequence[int], families: Sequence
     for family in families:
         lines.append(f"{family:<10}" + "".join(f"{means[f'{family}_at_{k}']:>10.4f}" for k in ks))
     lines.append("")
-    lines.append(f"{'mrr':<22}{means['mrr']:.4f}")
-    lines.append(f"{'map':<22}{means['map']:.4f}")
+    lines += [f"{key:<22}{means[key]:.4f}" for key in FULL_DEPTH if key in means]
     lines.append(f"{'n_queries':<22}{means['n_queries']}")
     lines.append(f"{'n_queries_no_relevant':<22}{means['n_queries_no_relevant']}")
+    if means.get("judged_only"):
+        lines.append("judged_only: condensed lists, unjudged documents removed before scoring (trec_eval -J)")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.per_query = args.per_query or args.corpus is not None or args.queries is not None
     ks: list[int] = args.k
     k_max = args.k_max if args.k_max is not None else max(ks)
     if k_max < max(ks):
@@ -245,19 +293,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         try:
-            scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break)
+            scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break,
+                                 judged_only=args.judged_only)
         except ValueError as err:  # the computing code's word for a bad argument
             raise InputError(str(err)) from err
         ev = scored.evaluation
         means = scored.means(ks)
+        means["judged_only"] = bool(args.judged_only)  # a condensed-list score says so in its output
         if args.per_query:
             import pandas as pd
 
             table = pd.DataFrame(scored.per_query(ks))
-            cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], "mrr", "map", "n_relevant",
+            cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], *ev.full, "n_relevant",
                     "evaluated"]
             table = table[cols]
-        output = _render(args, means, ks, ev, table if args.per_query else None)
+            from pipeline import drilldown
+
+            drill = drilldown.of_scored(scored, args.top_k, args.relevance_level, args.corpus, args.queries)
+        output = _render(args, means, ks, ev, table if args.per_query else None, drill if args.per_query else None)
     except InputError as err:
         if args.debug:
             raise
@@ -269,6 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"beyond it only precision changes (hits / K), so K up to {k_max} is exact",
             file=sys.stderr,
         )
+    if args.judged_only:
+        print("note: --judged-only: condensed lists (unjudged documents removed before scoring, trec_eval -J); "
+              "not comparable with scores of the full rankings", file=sys.stderr)
+    if warning := judged_warning(means):
+        print(warning, file=sys.stderr)
     if scored.n_run_queries_unjudged:
         print(
             f"note: {scored.n_run_queries_unjudged} queries of the run have no judgments and were ignored",
@@ -278,23 +336,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int], ev: Evaluation, table) -> str:
+def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int], ev: Evaluation, table,
+            drill=None) -> str:
     """What main prints; InputError instead of NaN or Infinity (never invalid JSON)."""
-    values = [v for v in means.values()]
+    values = [float(v) for v in means.values()]
     if table is not None:
         values += table.select_dtypes("number").to_numpy(dtype=np.float64).ravel().tolist()
     if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
         raise InputError("a metric is not a finite number (grades too large for the gain? try --gain linear)")
     if args.json:
         payload = means if table is None else {"all": means, "per_query": table.set_index("query_id").to_dict(orient="index")}
+        if drill is not None:  # the drill-down's fields in each query's object, and the failing queries
+            for qid, fields in drill.json_rows().items():
+                payload["per_query"][qid].update(fields)
+            payload["failures"] = [drill.query_ids[q] for q in drill.failures()]
         return json.dumps(payload, allow_nan=False)
     text = ""
     if table is not None:
         import pandas as pd
 
+        if drill is not None:  # the drill-down's numbers (no rank: empty) and a short query text
+            new = drill.columns()
+            ranks = new["first_relevant_rank"].to_pylist()
+            extra = {"first_relevant_rank": ["" if r is None else str(r) for r in ranks],
+                     f"judged_at_{drill.k}": new[f"judged_at_{drill.k}"],
+                     "query": [t if len(t) <= 40 else t[:39] + "…" for t in new["query"]]}
+            table = table.assign(**{name: values for name, values in extra.items() if name not in table})
         with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-            text = table.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n\n"
-    return text + _format_table(means, ks, ev.families())
+            text = table.to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="") + "\n\n"
+    text += _format_table(means, ks, ev.families())
+    return text if drill is None else text + "\n\n" + drill.text_report()
 
 
 def cli() -> int:

@@ -22,6 +22,18 @@ log = logging.getLogger(__name__)
 _FAMILIES = ("ndcg", "precision", "recall", "context_utility")
 
 
+def _budget_columns(columns: Any) -> list[str]:
+    """Context metrics per token budget of chunked or budgeted jobs (``pipeline.chunkers``), by budget."""
+    found = [c for c in columns if c.startswith(_BUDGET_PREFIXES) and c.rsplit("_", 1)[-1].isdigit()]
+    return sorted(found, key=lambda c: (int(c.rsplit("_", 1)[-1]),
+                                        _BUDGET_PREFIXES.index(c.rsplit("_budget_", 1)[0] + "_budget_")))
+
+
+#: Budget metrics a sweep's table shows (``<name>_budget_<B>``), in this order for each B.
+_BUDGET_PREFIXES = ("context_recall_budget_", "context_precision_budget_", "relevant_token_share_budget_",
+                    "n_chunks_budget_")
+
+
 def log_pending(sweep_dir: Path, settings: tracking.StoreSettings | None = None,
                 retry_failed: bool = False) -> list[tuple[Path, str]]:
     """Log every complete job folder of the sweep that has not reached the store.
@@ -106,7 +118,8 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     if len(table):
         ks = sorted({int(record["params"].get("k", 0)) for _, record in jobs} - {0})
         wanted = [objective, *ci_cols, "tied_with_best", "ndcg_at_k", "context_utility_at_k",
-                  *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", "time_total_s"]
+                  *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *_budget_columns(table.columns),
+                  "time_total_s"]
         keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
         trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
         table = table[["run_name", "run_id", "status", "overrides", *trial, *keys]]
@@ -122,12 +135,18 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
         plots.sweep_summary_figure(table, curves, headline, ci=ci, tied=list(tied),
                                    title=f"Sweep summary ({len(table)} jobs)").savefig(out / "sweep_summary.png", dpi=80)
     info = tracking.read_sweep_file(sweep_dir)
+    shown = [c for c in ("run_name", "status", objective, *ci_cols, "tied_with_best", "ndcg_at_k",
+                         "context_utility_at_k", "mrr", "map") if c in table.columns]
     text = f"sweep {info.get('sweep_id', sweep_dir.name)}: {len(table)} runs; summary in {out.resolve()}"
+    if len(table):  # the headline columns; the files hold them all
+        text += "\n" + _markdown(table[list(dict.fromkeys(shown))]).rstrip("\n")
     best = table.iloc[0] if len(table) and objective in table.columns else None
     if best is not None:
         ci_text = (f" [95% CI {best[ci_cols[0]]:.4f}, {best[ci_cols[1]]:.4f}]"
                    if all(c in table.columns for c in ci_cols) else "")
         text += f"\nbest: {best['run_name']} ({best['overrides']}): {objective} {best[objective]:.4f}{ci_text}"
+        if best["run_id"]:
+            text += f"; MLflow run {best['run_id']}"
         if "tied_with_best" in table.columns:
             n_tied = int(table["tied_with_best"].sum()) - 1
             text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
@@ -135,21 +154,52 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     if note:
         text += f"\nnote: {note}"
     if settings is not None:
+        name = info.get("run_name") or f"sweep {info.get('sweep_id', sweep_dir.name)}"
         parent = info.get("parent_run_id") if info.get("uri", settings.uri) == settings.uri else None
+        exp_id = info.get("experiment_id") if parent else None
         if parent is None:
             experiment = info.get("experiment")
             if not experiment:
                 raise tracking.TrackingError(f"{sweep_dir / res.SWEEP_FILE}: the sweep's experiment is unknown")
-            parent = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {})[
-                "parent_run_id"]
+            found = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {},
+                                         run_name=info.get("run_name"))
+            parent, exp_id = found["parent_run_id"], found["experiment_id"]
         tags, metrics = _best_on_parent(best, objective, ci_cols, table)
-        tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics)
-        text += f"\nMLflow parent run {parent} ({status})"
-    if len(table):  # the headline columns; the files hold them all
-        shown = [c for c in ("run_name", "status", objective, *ci_cols, "tied_with_best", "ndcg_at_k",
-                             "context_utility_at_k", "mrr", "map") if c in table.columns]
-        text += "\n" + _markdown(table[list(dict.fromkeys(shown))])
+        description = sweep_description(name, info.get("experiment", ""), objective, table, best, status,
+                                        table[list(dict.fromkeys(shown))] if len(table) else table)
+        tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics,
+                              description=description)
+        text += f"\nMLflow parent run {parent} ({name}, {status})"
+        if exp_id:
+            text += "\n" + tracking.open_hint(settings.uri, str(exp_id), parent)
     return text
+
+
+def sweep_description(name: str, experiment: str, objective: str, table: Any, best: Any, status: str,
+                      shown: Any) -> str:
+    """The parent run's description (``mlflow.note.content``, markdown): what was swept, the
+    best job with its objective and CI, how many jobs tie with it, the jobs' headline table,
+    and where the summary files are."""
+    lines = [f"**{name}**" + (f" on {experiment}" if experiment else "") + f": {len(table)} jobs, {status}; "
+             "each job is a run nested under this one, with its own description and curves.", ""]
+    if best is not None:
+        ci_cols = [f"{objective}_ci_low", f"{objective}_ci_high"]
+        ci = (f" (95% CI {best[ci_cols[0]]:.4f} to {best[ci_cols[1]]:.4f})"
+              if all(c in table.columns for c in ci_cols) else "")
+        lines.append(f"**Best:** `{best['run_name']}` (`{best['overrides']}`): `{objective}` = "
+                     f"{best[objective]:.4f}{ci}.")
+        if "tied_with_best" in table.columns:
+            lines.append(f"{int(table['tied_with_best'].sum()) - 1} other job(s) are statistically tied with it "
+                         "(paired randomization test, Holm-adjusted, alpha 0.05).")
+        lines.append("")
+    if len(shown):
+        lines += [_markdown(shown.head(20)).rstrip("\n"), ""]
+        if len(shown) > 20:
+            lines += [f"({len(shown) - 20} more jobs in `summary/sweep_table.md`)", ""]
+    lines.append("**Where things are** (Artifacts tab): `summary/sweep_table.md` and `.csv` (every job's "
+                 "metrics), `summary/sweep_summary.png` (the jobs' objective with CIs and their nDCG@K and "
+                 "recall@K curves), `summary/compare/report.md` (which jobs differ, and how sure that is).")
+    return "\n".join(lines) + "\n"
 
 
 def _resolved(path: Any) -> str:

@@ -93,7 +93,10 @@ class SweepCallback(Callback):
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_interrupted)
         sweep_id = f"{sweep_dir.parent.name}_{sweep_dir.name}_{uuid.uuid4().hex[:6]}"
-        info: dict[str, str] = {"sweep_id": sweep_id}
+        swept = swept_overrides(config)
+        # The jobs read "swept" to put what differs first in their run names (pipeline.run).
+        info: dict[str, Any] = {"sweep_id": sweep_id, "run_name": sweep_name(config, swept),
+                                "swept": " ".join(dict.fromkeys(key for key, _ in swept))}
         if config.tracking.enabled:
             experiment = config.tracking.experiment or pconfig.dataset_name(config.dataset)
             info["experiment"] = experiment
@@ -101,7 +104,10 @@ class SweepCallback(Callback):
             res.write_json(sweep_dir / res.SWEEP_FILE, info)
             request = {"op": "sweep_start", "sweep_dir": str(sweep_dir.resolve()), "experiment": experiment,
                        "sweep_id": sweep_id, "tracking": settings.as_dict(),
-                       "tags": {tracking.TAG_OVERRIDES: " ".join(config.hydra.overrides.task)}}
+                       "tags": {tracking.TAG_OVERRIDES: " ".join(config.hydra.overrides.task),
+                                tracking.TAG_RUN_NAME: info["run_name"]}}
+            if note := tracking.new_store_note(settings.uri):
+                print(note)
             tracker = tracking.tracker(settings)
             if _jobs_in_this_process(config):
                 tracker.send(request)  # the jobs' logging queues behind it in the same process
@@ -135,6 +141,42 @@ class SweepCallback(Callback):
                 overrides, _, message = note.read_text().partition("\n")
                 print(f"  {note.parent}: {overrides}: {message.strip()}", file=sys.stderr)
             sys.exit(2)
+
+
+def swept_overrides(config: DictConfig) -> list[tuple[str, str]]:
+    """(key, values) of what the sweep varies: the command line's sweep overrides
+    (``k=3,5``, ``range(...)``, ``interval(...)``) and a sweeper's own ``params`` (Optuna's
+    search space, e.g. from ``experiment=tune_bm25``), in that order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    found: dict[str, str] = {}
+    for override in OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)):
+        if override.is_sweep_override():
+            found[override.get_key_element().lstrip("+~")] = override.input_line.split("=", 1)[1]
+    for key, spec in (config.hydra.sweeper.get("params") or {}).items():
+        found.setdefault(str(key), str(spec))
+    return list(found.items())
+
+
+def sweep_name(config: DictConfig, swept: list[tuple[str, str]]) -> str:
+    """The parent run's name: the sweep's overrides, short (``sweep retriever=bm25,dense k=3,5``;
+    Optuna: ``sweep tune_bm25 k1=interval(0.2,3.0) b=interval(0.0,1.0)``), so sweeps differ
+    in MLflow's truncated name column."""
+    parts = ["sweep"]
+    overlay = config.hydra.runtime.choices.get("experiment") if config.hydra.get("runtime") else None
+    if overlay:
+        parts.append(str(overlay))
+    for key, values in swept:
+        key = key if key in ("k", "k_max") or "." not in key else key.rsplit(".", 1)[-1]
+        parts.append(f"{key}={values.replace(' ', '')}")
+    if len(parts) == 1:  # nothing swept (``-m k=3``): the overrides it ran with
+        parts += [o for o in config.hydra.overrides.task
+                  if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0].split("/", 1)[0] not in _NOT_NAMED]
+    return " ".join(parts)
+
+
+#: Overrides that never go into a name: where things are written and logged.
+_NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir"}
 
 
 def _jobs_in_this_process(config: DictConfig) -> bool:

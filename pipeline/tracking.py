@@ -50,6 +50,7 @@ TAG_OVERRIDES = "hydra_overrides"
 TAG_GIT = "git_commit"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_SWEEP_PARENT = "sweep_parent"
+TAG_RUN_NAME = "mlflow.runName"
 TAG_JOB_KEY = res.TAG_JOB_KEY
 
 
@@ -92,6 +93,7 @@ class RunRecord:
     dataset: dict[str, str]  # name, digest, source
     table: "pd.DataFrame | None" = None  # shown in the UI through log_table
     start_time_ms: int | None = None  # when the job started (the UI's duration)
+    stepped: dict[str, dict[str, float]] | None = None  # name -> {step: value}, e.g. budget/* with step = B tokens
 
 
 def _configure_http(settings: Any) -> None:
@@ -207,24 +209,74 @@ def ensure_store(settings: Any) -> None:
         client(settings).search_experiments(max_results=1)
 
 
+#: The experiment tag that tells MLflow's UI what kind of work an experiment holds, and its
+#: value for model training (the classic runs table, metrics and charts, not the GenAI views):
+#: ``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT`` of MLflow 3.17's UI
+#: (``mlflow/server/js/build/static/js/main.*.js``). MLflow 3.17.2's UI reads it only when its
+#: global workflow-type switch is off, and that switch is on in this build: the UI opens in its
+#: GenAI view unless the URL carries ``?workflowType=machine_learning`` (what :func:`ui_url`
+#: adds) or the user clicked "Model training" once (remembered by the browser).
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: A run's (or experiment's) description: markdown shown on its page in the UI.
+TAG_NOTE = "mlflow.note.content"
+#: The UI's query parameter that selects its model-training view.
+UI_WORKFLOW = "workflowType=machine_learning"
+
+
 def experiment_id(mlflow_client: Any, name: str, settings: Any) -> str:
-    """The experiment's id, created (with artifacts under ``artifact_root``) if missing.
+    """The experiment's id, created (with artifacts under ``artifact_root`` and the tag
+    :data:`TAG_EXPERIMENT_KIND`) if missing; an existing experiment without the tag (made by
+    an older version) gets it.
 
     Parallel jobs may race to create it: the loser reads the winner's.
     """
     found = mlflow_client.get_experiment_by_name(name)
     if found is not None:
+        if TAG_EXPERIMENT_KIND not in (found.tags or {}):
+            mlflow_client.set_experiment_tag(found.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND)
         return found.experiment_id
     location = None
     if settings.artifact_root and _sqlite_path(settings.uri) is not None:
         location = (Path(settings.artifact_root).resolve() / _folder_name(name)).as_uri()
     try:
-        return mlflow_client.create_experiment(name, artifact_location=location)
+        return mlflow_client.create_experiment(name, artifact_location=location,
+                                               tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})
     except Exception:
         found = mlflow_client.get_experiment_by_name(name)
         if found is None:
             raise
         return found.experiment_id
+
+
+def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
+    """The UI page of a run (or of an experiment's runs table) on the server at ``uri``, in
+    the model-training view."""
+    page = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
+    return f"{redact(uri).rstrip('/')}/{page}?{UI_WORKFLOW}"
+
+
+def open_hint(uri: str, experiment_id: str, run_id: str | None = None) -> str:
+    """One line telling the user how to see a run in the UI: for a sqlite store the ``mlflow
+    ui`` command with the store's absolute path (it works from any folder) and the page to
+    open; for a server, the run's URL."""
+    db = _sqlite_path(uri)
+    if db is None:
+        return f"open it: {ui_url(uri, experiment_id, run_id)}"
+    store = f"sqlite:///{db.resolve()}"
+    return (f"open it: mlflow ui --backend-store-uri {store}   then "
+            f"{ui_url('http://127.0.0.1:5000', experiment_id, run_id)}")
+
+
+def new_store_note(uri: str) -> str | None:
+    """The line to print when a job is about to create a sqlite store where none is (a run
+    from another folder silently starting a new store confuses); None otherwise. Call it
+    before the store is opened."""
+    db = _sqlite_path(uri)
+    if db is None or db.exists():
+        return None
+    return (f"note: no MLflow store in {db.resolve().parent}; creating a new one, {db.resolve()} "
+            "(runs logged to other stores are not in it; paths.root or tracking.uri picks the store)")
 
 
 def _folder_name(name: str) -> str:
@@ -280,6 +332,8 @@ def log_run(
             metrics = [Metric(key, float(value), now, 0) for key, value in record.metrics.items()]
             for name, values in record.curves.items():
                 metrics += [Metric(name, float(v), now, step) for step, v in enumerate(values, start=1)]
+            for name, points in (record.stepped or {}).items():
+                metrics += [Metric(name, float(v), now, int(step)) for step, v in points.items()]
             params = [Param(key, value[:6000]) for key, value in record.params.items()]
             _retrying(lambda: mlflow_client.log_batch(run_id, metrics=metrics, params=params))
             dataset = DatasetEntity(
@@ -316,6 +370,76 @@ def _runs_with_tags(mlflow_client: Any, exp_id: str, tags: Mapping[str, str]) ->
     return mlflow_client.search_runs([exp_id], filter_string=filters, max_results=100)
 
 
+#: Headline metrics of a run's description, at the run's k (label, metric key pattern).
+_DESCRIBED = (("nDCG", "ndcg_at_{k}"), ("precision", "precision_at_{k}"), ("recall", "recall_at_{k}"),
+              ("MRR", "mrr_at_{k}"), ("MAP", "map_at_{k}"), ("context utility", "context_utility_at_{k}"))
+#: Artifacts a description points to, when the run has them (path, what it is).
+_POINTERS = (("plots/k_sweep.png", "every metric vs K, k marked"), ("plots/precision_recall.png", "precision vs recall"),
+             ("per_query_table.json", "one row per query: its metrics, text and top k"), ("failures.md", "queries with no relevant document in the top k"),
+             ("definition_card.md", "how each number is defined"))
+
+
+def _settings_of(params: Mapping[str, str], group: str) -> str:
+    """``k1=1.2, b=0.75`` from the flattened params of a config group (no ``_target_``)."""
+    return ", ".join(f"{key[len(group) + 1:]}={value}" for key, value in params.items()
+                     if key.startswith(group + ".") and not key.rsplit(".", 1)[-1].startswith("_")
+                     and value not in ("null", "None"))
+
+
+def _choice(record: Mapping[str, Any], group: str) -> str:
+    target = str(record["params"].get(f"{group}._target_", group))
+    return str(record["tags"].get(f"choice.{group}") or target.rsplit(".", 1)[-1])
+
+
+def run_description(record: Mapping[str, Any], results: Path | None = None) -> str:
+    """A job's description (``mlflow.note.content``, markdown, shown on its run page): the
+    dataset, the retriever and its settings, k, the placement and attention curve, the
+    headline metrics, how to read the curves, and where the plots and tables are."""
+    params, metrics, k = record["params"], record["metrics"], int(record["k"])
+    k_max = params.get("k_max", "?")
+    objective = str(record.get("objective") or params.get("objective", ""))
+    n_q, n_docs = metrics.get("n_queries"), None
+    if results is not None:
+        try:
+            n_docs = json.loads((Path(results) / "metrics.json").read_text())["collection"]["n_docs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    counts = f"{int(n_q)} queries" if n_q is not None else ""
+    if n_docs is not None:
+        counts += f", {int(n_docs)} documents"
+    # First what a reader wants at a glance (the UI shows the first lines; "Show more" the rest).
+    shown = [(label, key.format(k=k)) for label, key in _DESCRIBED if key.format(k=k) in metrics]
+    lines = [f"On **{record['dataset']['name']}**" + (f" ({counts})" if counts else "") + f", at k = {k}: "
+             + ", ".join(f"{label} {metrics[key]:.4f}" for label, key in shown)
+             + "".join(f"; {key.upper()} at full depth {metrics[key]:.4f}" for key in ("mrr", "map") if key in metrics)
+             + "."]
+    low, high = metrics.get(f"{objective}_ci_low"), metrics.get(f"{objective}_ci_high")
+    if objective in metrics:
+        ci = f" (95% CI {low:.4f} to {high:.4f}, bootstrap over queries)" if low is not None and high is not None else ""
+        lines += ["", f"**Objective** `{objective}` = {metrics[objective]:.4f}{ci}."]
+    rows = [("retriever", f"{_choice(record, 'retriever')}"
+                          + (f" ({s})" if (s := _settings_of(params, 'retriever')) else "")),
+            ("k", f"{k} chunks placed in the context; metrics for every K = 1..{k_max}"),
+            ("placement", f"reorder {_choice(record, 'reorder')}, attention curve {_choice(record, 'attention')}"
+                          + (f" ({s})" if (s := _settings_of(params, 'attention')) else ""))]
+    chunker = str(params.get("chunker._target_", ""))
+    if chunker and not chunker.endswith("NoChunker"):
+        rows.append(("chunking", chunker.rsplit(".", 1)[-1] + (f" ({s})" if (s := _settings_of(params, 'chunker')) else "")))
+    rows.append(("scoring", f"gain {params.get('gain', 'exp')}, relevant when grade >= {params.get('relevance_level', 1)}"
+                 + (", judged documents only (trec_eval -J)" if params.get("judged_only") in ("True", "true") else "")))
+    if overrides := record["tags"].get(TAG_OVERRIDES):
+        rows.append(("command line", f"`{overrides}`"))
+    lines += ["", "| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
+    lines += ["", f"**Curves:** the `curve/*` metrics (Model metrics tab) have **step = K**, the cut-off, "
+              f"for K = 1..{k_max}; the other metrics are single values (`ndcg_at_{k}` is nDCG at K = {k})."]
+    have = [(path, what) for path, what in _POINTERS
+            if results is None or (Path(results) / path).is_file() or path == "per_query_table.json"
+            and record.get("table_columns")]
+    if have:
+        lines += ["", "**Where things are** (Artifacts tab): " + "; ".join(f"`{path}` ({what})" for path, what in have) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
     table = None
     columns = record.get("table_columns")
@@ -327,8 +451,8 @@ def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
         table = per_query.select(list(columns)).to_pandas()
     return RunRecord(
         experiment=record["experiment"], run_name=record["run_name"], params=record["params"],
-        metrics=record["metrics"], curves=record["curves"],
-        tags={**record["tags"], TAG_JOB_KEY: record["job_key"]},
+        metrics=record["metrics"], curves=record["curves"], stepped=record.get("stepped"),
+        tags={TAG_NOTE: run_description(record, results)[:8000], **record["tags"], TAG_JOB_KEY: record["job_key"]},
         artifacts_dir=results, dataset=record["dataset"], table=table, start_time_ms=record["start_time_ms"],
     )
 
@@ -417,15 +541,21 @@ def sweep_parent(settings: Any, record: dict[str, Any]) -> str | None:
         return None
     if info.get("parent_run_id") and info.get("uri", settings.uri) == settings.uri:
         return str(info["parent_run_id"])
-    found = start_sweep(settings, record["experiment"], sweep["sweep_id"], {})
+    found = start_sweep(settings, record["experiment"], sweep["sweep_id"], {}, run_name=info.get("run_name"))
     if sweep.get("dir"):
         res.write_json(sweep_dir / res.SWEEP_FILE, {**info, **found, "experiment": record["experiment"]})
     return found["parent_run_id"]
 
 
-def start_sweep(settings: Any, experiment: str, sweep_id: str, tags: Mapping[str, str]) -> dict[str, str]:
+def start_sweep(settings: Any, experiment: str, sweep_id: str, tags: Mapping[str, str],
+                run_name: str | None = None) -> dict[str, str]:
     """Create the store and the sweep's parent run before any job tracks (or find the
-    parent a previous attempt made: one parent per sweep id)."""
+    parent a previous attempt made: one parent per sweep id). The parent is named
+    ``run_name`` (the sweep's overrides, ``pipeline.sweep.sweep_name``) and described as
+    running until :func:`finish_sweep` describes its result. ``tags`` may carry the name
+    instead (``mlflow.runName``: what the sweep callback sends through the tracking process)."""
+    tags = dict(tags)
+    run_name = run_name or tags.pop(TAG_RUN_NAME, None)
     with _errors(f"cannot start the sweep's MLflow parent run at {settings.uri}", settings.uri):
         ensure_store(settings)
         mlflow_client = client(settings)
@@ -434,8 +564,11 @@ def start_sweep(settings: Any, experiment: str, sweep_id: str, tags: Mapping[str
         if found:
             run_id = found[0].info.run_id
         else:
+            note = (f"**{run_name or 'sweep'}**: a sweep, running; its jobs are nested under this run. When it "
+                    "ends, this description gives the best job and the summary is under `summary/`.\n")
             run = mlflow_client.create_run(
-                exp_id, run_name=f"sweep-{sweep_id}", tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", **tags}
+                exp_id, run_name=run_name or f"sweep {sweep_id}",
+                tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", TAG_NOTE: note, **tags}
             )
             run_id = run.info.run_id
         return {"sweep_id": sweep_id, "parent_run_id": run_id, "experiment_id": exp_id, "uri": settings.uri}
@@ -449,9 +582,13 @@ def finish_sweep(
     status: str = "FINISHED",
     tags: Mapping[str, str] | None = None,
     metrics: Mapping[str, float] | None = None,
+    description: str | None = None,
 ) -> None:
-    """Log the summary folder (table, figure), the table itself, and the best job's tags and
-    metrics to the parent run, then close it with ``status``."""
+    """Log the summary folder (table, figure), the table itself, the best job's tags and
+    metrics and the sweep's ``description`` (markdown) to the parent run, then close it with
+    ``status``."""
+    if description:
+        tags = {**(tags or {}), TAG_NOTE: description[:8000]}
     with _errors(f"cannot log the sweep summary to {settings.uri}", settings.uri):
         mlflow_client = client(settings)
         if tags or metrics:

@@ -126,7 +126,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path):
         parent = parents[0]
         assert parent.info.status == "FINISHED", f"{root.name}: parent run {parent.info.status}"
         jobs = [r for r in runs if r is not parent]
-        assert sorted(r.info.run_name for r in jobs) == sorted(f"bm25-none-k{k}" for k in KS), root.name
+        assert sorted(r.info.run_name for r in jobs) == sorted(f"k{k} bm25" for k in KS), root.name
         assert len({r.data.tags["job_key"] for r in jobs}) == len(KS), f"{root.name}: a job logged twice"
         for run in jobs:
             assert run.info.status == "FINISHED", f"{root.name}: {run.info.run_name} is {run.info.status}"

@@ -62,6 +62,7 @@ def _overrides_for(group: str, option: str, tmp_path: Path) -> list[str] | None:
     if group == "dataset":
         extra = {
             "sample": [],
+            "sample_long": [],  # pipeline/sample_long: the sample's sections as documents
             "beir": [f"dataset.path={SAMPLE}"],
             "trec": [f"dataset.qrels={SAMPLE / 'qrels' / 'test.tsv'}", f"dataset.queries={SAMPLE / 'queries.jsonl'}",
                      f"dataset.corpus={SAMPLE / 'corpus.jsonl'}"],
@@ -144,7 +145,7 @@ def test_mlflow_contract(tmp_path, store):
     client = MlflowClient(tracking_uri=store)
     experiment = client.get_experiment_by_name("sample")
     (run_,) = client.search_runs([experiment.experiment_id])
-    assert run_.info.run_name == "bm25-lost_in_the_middle-k5"
+    assert run_.info.run_name == "bm25 k5 litm"
     assert run_.info.run_id in proc.stdout
     disk = json.loads((tmp_path / "run" / "results" / "metrics.json").read_text())
     logged = run_.data.metrics
@@ -199,7 +200,7 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
     assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
     assert {r.data.tags["sweep_id"] for r in jobs} == {parents[0].data.tags["sweep_id"]}
     assert sorted(r.info.run_name for r in jobs) == sorted(
-        f"{ret}-none-k{k}" for ret in ("bm25", "dense") for k in (3, 5, 10)
+        f"{ret} k{k}" for ret in ("bm25", "dense") for k in (3, 5, 10)  # the swept keys, in order
     )
     summary = {a.path for a in client.list_artifacts(parents[0].info.run_id, "summary")}
     assert {"summary/sweep_table.csv", "summary/sweep_summary.png"} <= summary
@@ -242,7 +243,7 @@ def test_submitit_local_launcher(tmp_path, store):
     proc = sweep_cli(tmp_path, store, "hydra/launcher=submitit_local", "k=3,5", "hydra.launcher.timeout_min=10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
-    assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["bm25-none-k3", "bm25-none-k5"]
+    assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["k3 bm25", "k5 bm25"]
 
 
 @pytest.mark.slow
@@ -264,7 +265,7 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
     assert "1 job(s) of the sweep failed" in proc.stderr and "k must be >= 1, got k=0" in proc.stderr
     assert "Traceback" not in proc.stderr
     client, parents, jobs = _sweep_runs(store)
-    assert [r.info.run_name for r in jobs] == ["bm25-none-k5"]
+    assert [r.info.run_name for r in jobs] == ["k5 bm25"]
     assert client.get_run(parents[0].info.run_id).info.status == "FAILED"
     assert (tmp_path / "sweep" / "0" / "FAILED").exists()
     assert (tmp_path / "sweep" / "summary" / "sweep_table.csv").exists()

@@ -78,7 +78,7 @@ def test_the_json_report_equals_scipy_on_the_per_query_tables(jobs, tmp_path, ca
     report = _json(capsys, *(str(jobs[n]) for n in JOBS), "--out", str(out))
     tables = {n: _per_query(jobs[n]) for n in JOBS}
     names = [s["name"] for s in report["systems"]]
-    assert names == ["bm25-none-k10 [retriever.k1=0.3]", "bm25-none-k10 [retriever.b=0.2]", "bm25-none-k5"]
+    assert names == ["bm25 k10 k1=0.3", "bm25 k10 b=0.2", "bm25 k5"]  # run names differ: no [override] needed
     assert report["baseline"] == names[0] and report["metrics"] == METRICS
     assert report["n_queries"] == len(tables["k1"]) == 52
     base = tables["k1"]
@@ -143,10 +143,10 @@ def test_the_console_table_marks_the_best_and_significant_differences(jobs, bett
                               str(tmp_path / "r"), "--delta", "0.02")
     assert code == 0, err
     lines = out.splitlines()
-    row = {name: next(line for line in lines if line.startswith(name)) for name in ("better", "bm25-none-k10")}
+    row = {name: next(line for line in lines if line.startswith(name)) for name in ("better", "bm25 k10 k1=0.3")}
     assert row["better"].count(compare.BEST) == 3 and row["better"].count(compare.SIGNIFICANT) == 3
     assert "+0.050 [+0.050, +0.050]" in row["better"]
-    assert "(baseline)" in row["bm25-none-k10"]
+    assert "(baseline)" in row["bm25 k10 k1=0.3"]
     assert any(line.startswith("sensitivity:") and "needs" in line for line in lines)
     ties = next(line for line in lines if line.startswith("tied with the best"))
     assert "ndcg_at_10: better;" in ties  # nothing is tied with a system 0.05 ahead on every query
@@ -184,7 +184,7 @@ def test_report_for_folders_is_the_commands_report(jobs, tmp_path, capsys):
     assert data["comparisons"] == cli["comparisons"]
     assert (tmp_path / "f" / "report.json").is_file()
     system = compare.load_system(jobs["b"] / "results", ["map", "precision_at_3"])
-    assert system.run_name == "bm25-none-k10" and system.overrides["retriever.b"] == "0.2"
+    assert system.run_name == "bm25 k10 b=0.2" and system.overrides["retriever.b"] == "0.2"
     assert len(system.scores["map"]) == 52
 
 
@@ -263,7 +263,7 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
 
     report = _json(capsys, f"mlflow:{parent}", "--tracking-uri", store, *FAST, "--out", str(tmp_path / "ml"), "--log")
     names = [s["name"] for s in report["systems"]]
-    assert names == ["bm25-none-k10 [retriever.k1=0.5]", "bm25-none-k10 [retriever.k1=1.2]"]
+    assert names == ["k1=0.5 bm25 k10", "k1=1.2 bm25 k10"]
     assert all(s["kind"] == "mlflow" and s["run_id"] for s in report["systems"])
     for i, job in enumerate(("0", "1")):
         table = _per_query(sweep / job)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-RUN_NAME = "bm25-none-k10"  # the default config's run name
+RUN_NAME = "bm25 k10"  # the default config's run name
 K_MAX = 20
 ARTIFACTS = {"plots/k_sweep.png", "run.trec", "per_query.csv", "definition_card.md", "config.yaml"}
 RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \((?P<name>[^)]*)\) in experiment '(?P<exp>[^']*)' at (?P<uri>\S+)$", re.M)

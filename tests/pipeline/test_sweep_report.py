@@ -75,6 +75,21 @@ def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, st
     assert parent.data.metrics["n_tied_with_best"] == len(tied)
     assert "best:" in proc.stdout and "statistically tied with the best" in proc.stdout
 
+    # Names: the parent by its sweep overrides, each job by what the sweep varies, first.
+    assert parent.info.run_name == "sweep k1=0.1,1.2 k=5,10"
+    assert sorted(r.info.run_name for r in jobs) == sorted(f"k1={k1} k{k} bm25" for k1 in ("0.1", "1.2") for k in (5, 10))
+    # The parent's description names the best job with its objective and CI, and the tie count.
+    note = parent.data.tags["mlflow.note.content"]
+    row = summary.iloc[0]
+    assert (f"**Best:** `{row['run_name']}`" in note and f"= {row['ndcg_at_10']:.4f} (95% CI "
+            f"{row['ndcg_at_10_ci_low']:.4f} to {row['ndcg_at_10_ci_high']:.4f})" in note)
+    assert f"{len(tied) - 1} other job(s) are statistically tied with it" in note
+    # The console: the parent run, the summary's path, the best job, how to open the UI.
+    assert f"summary in {(sweep / 'summary').resolve()}" in proc.stdout
+    assert f"MLflow parent run {parent.info.run_id} (sweep k1=0.1,1.2 k=5,10, FINISHED)" in proc.stdout
+    assert f"best: {row['run_name']} (" in proc.stdout
+    assert f"open it: mlflow ui --backend-store-uri {store}   then http://127.0.0.1:5000/#/experiments/" in proc.stdout
+
 
 @pytest.mark.slow
 def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_best(tmp_path, store):
@@ -83,7 +98,7 @@ def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, (parent,), jobs = _runs(store)
     names = [r.info.run_name for r in jobs]
-    assert len(set(names)) == 3 and all(" k1=" in n and " b=" in n for n in names)
+    assert len(set(names)) == 3 and all(n.startswith("k1=") and " b=" in n for n in names)  # sampled values first
     for r in jobs:
         assert f"k1={float(r.data.params['retriever.k1']):.4g}" in r.info.run_name
     assert sorted(r.data.tags["optuna_trial"] for r in jobs) == ["0", "1", "2"]
