@@ -579,6 +579,9 @@ class DenseRetriever:
             missing = np.flatnonzero(~found)
             emb[missing] = new[[row[hashes[i].tobytes()] for i in missing]]
         assert emb is not None
+        # The text cache is keyed by the model's identity and verified: its dim is the model's
+        # (so a corpus entry of another dim is refused, as after an encoding).
+        self._encoded_dim = int(emb.shape[1])
         stats = {"texts": len(texts), "from_text_cache": int(found.sum()), "encoded": len(first)}
         self.text_cache_stats[role] = stats
         log.info("dense: %d %s texts: %d from the text cache (%d shards read), %d encoded", len(texts), role,
