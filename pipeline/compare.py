@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from pipeline import results as res
 from pipeline import stats
-from pipeline.errors import InputError
+from pipeline.errors import InputError, positive_int
 from pipeline.metrics import FAMILY, FULL_DEPTH, parse_key
 
 log = logging.getLogger(__name__)
@@ -801,16 +801,6 @@ def log_report(report: Report, out: Path, explicit_uri: str | None) -> tuple[str
 # --------------------------------------------------------------------------- command line
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -845,8 +835,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON (nothing else on stdout)")
     parser.add_argument("--out", help="folder for report.md, report.json and figures "
                                       "(default: outputs/compare/<timestamp>)")
-    parser.add_argument("--n-resamples", type=_positive_int, default=10_000, help="bootstrap resamples (10000)")
-    parser.add_argument("--n-permutations", type=_positive_int, default=10_000,
+    parser.add_argument("--n-resamples", type=positive_int, default=10_000, help="bootstrap resamples (10000)")
+    parser.add_argument("--n-permutations", type=positive_int, default=10_000,
                         help="randomization-test sign flips and Tukey HSD permutations (10000)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
@@ -860,7 +850,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--delta", type=_positive_float, default=None,
                         help="a difference you care about: its power and the queries it needs")
     parser.add_argument("--gain", choices=("exp", "linear"), default="exp", help="nDCG gain for TREC run files (exp)")
-    parser.add_argument("--relevance-level", type=_positive_int, default=1,
+    parser.add_argument("--relevance-level", type=positive_int, default=1,
                         help="relevant grade for TREC run files (1)")
     parser.add_argument("--tracking-uri", default=None,
                         help=f"the MLflow store for mlflow: systems and --log (default {DEFAULT_TRACKING_URI}; "

@@ -5,6 +5,7 @@ Entry points catch it, print ``str(err)`` (no traceback) and exit with status 2.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 
@@ -22,3 +23,15 @@ class InputError(Exception):
             where = self.path if line is None else f"{self.path}:{line}"
             where += ": "
         super().__init__(f"error: {where}{problem}")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type=`` for counts: an integer >= 1 (argparse turns the error into
+    its one-line usage error, exit status 2). Shared by the command-line modules."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value

@@ -184,13 +184,16 @@ def write_results(
     metrics: dict[str, float],
     title: str,
     with_plots: bool = True,
+    curves: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Everything the run produced, on disk under ``out/results`` (``pipeline.results``), each
     file written atomically. ``with_plots=False`` leaves the figures to the tracking process
-    (see ``run``). The record is written by the caller, last."""
+    (see ``run``). The record is written by the caller, last. ``curves``: the mean of each
+    family of :data:`CURVES` at every K, when the caller has them already."""
     results = res.results_dir(out)
     results.mkdir(parents=True, exist_ok=True)
-    curves = {family: ev.curve(family) for family in CURVES}
+    if curves is None:
+        curves = {family: ev.curve(family) for family in CURVES}
     payload = {
         "judged_only": judged_only_of(cfg),  # condensed lists (trec_eval -J): not comparable with full rankings
         "metrics": metrics,
@@ -304,8 +307,7 @@ def run(cfg: DictConfig) -> float:
         if per_query_ks is not None:
             log.info("per_query.csv: the cut-offs %s only (k_max %d > %d)", per_query_ks, cfg.k_max, PER_QUERY_ALL_K)
         per_query = ev.per_query(collection.query_ids, per_query_ks)
-    if warning := judged_warning(metrics):
-        log.warning("%s", warning)
+        curves = {family: ev.curve(family) for family in CURVES}  # the figures, metrics.json, the record
 
     names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1]
              for g in ("retriever", "reorder", "attention")}
@@ -317,11 +319,10 @@ def run(cfg: DictConfig) -> float:
     with _timed(timings, "write"):
         try:
             if figures is not None:  # drawn there while this process writes the rest
-                figures.draw(res.results_dir(ctx.output_dir) / "plots", {f: ev.curve(f) for f in CURVES}, cfg.k,
-                             run_name)
+                figures.draw(res.results_dir(ctx.output_dir) / "plots", curves, cfg.k, run_name)
             results = write_results(ctx.output_dir, cfg, collection, ranking,
                                     placed if stage is None else stage.chunk_docs(placed), ev, per_query, metrics,
-                                    run_name, with_plots=not deferred and figures is None)
+                                    run_name, with_plots=not deferred and figures is None, curves=curves)
             if stage is not None:  # chunk_run.trec, chunks.tsv and context.tsv with chunk ids
                 contexts = (list(placed) if cfg.get("budget") is None else
                             chunkers.budget_context(stage, chunk_ranking.doc_idx, int(cfg.budget), strategy, curve))
@@ -342,7 +343,7 @@ def run(cfg: DictConfig) -> float:
         "run_name": run_name,
         "params": {key: tracking.redact(value) for key, value in config.flatten(config.resolved(cfg)).items()},
         "metrics": {**metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
-        "curves": {f"curve/{family}": ev.curve(family).tolist() for family in CURVES},
+        "curves": {f"curve/{family}": values.tolist() for family, values in curves.items()},
         **({"stepped": stepped} if stepped else {}),  # budget curves, step = B tokens (pipeline.chunkers)
         "tags": {**_tags(ctx, names, cache_hit, sweep), "judged_only": str(judged_only_of(cfg)).lower()},
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
@@ -502,8 +503,9 @@ def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metri
     if judged_only_of(cfg):
         lines.append("  judged_only: condensed lists (unjudged documents removed before scoring, trec_eval -J)")
     lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys if key in metrics]
-    if warning := judged_warning(metrics):
+    if warning := judged_warning(metrics):  # on the console once (here), in pipeline.log too
         lines.append(warning)
+        log.info("%s", warning)
     lines.append(f"results: {results}")
     print("\n".join(lines))
 

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, positive_int
 from pipeline.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
                                tie_break_rule, to_numpy)
 from pipeline.readers import require_file
@@ -205,16 +205,6 @@ def _parse_ks(text: str) -> list[int]:
     return ks
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
 def _parse_tie_break(text: str) -> str:
     try:
         return tie_break_rule(text, TIE_BREAKS_WITHOUT_CORPUS)
@@ -246,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also report every query, with the drill-down: first relevant rank, judged share and "
                              "top documents (id, grade) per query, then the failing queries (none relevant in the "
                              "top --top-k)")
-    parser.add_argument("--top-k", type=_positive_int, default=10, metavar="N",
+    parser.add_argument("--top-k", type=positive_int, default=10, metavar="N",
                         help="documents shown per query by --per-query, and the cut-off of its judged share and "
                              "failures (default 10)")
     parser.add_argument("--corpus", metavar="CORPUS",

@@ -147,8 +147,7 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
         text += f"\nbest: {best['run_name']} ({best['overrides']}): {objective} {best[objective]:.4f}{ci_text}"
         if best["run_id"]:
             text += f"; MLflow run {best['run_id']}"
-        if "tied_with_best" in table.columns:
-            n_tied = int(table["tied_with_best"].sum()) - 1
+        if (n_tied := _tied_with(table)) is not None:
             text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
                      f"alpha 0.05); see summary/compare/report.md")
     if note:
@@ -188,8 +187,8 @@ def sweep_description(name: str, experiment: str, objective: str, table: Any, be
               if all(c in table.columns for c in ci_cols) else "")
         lines.append(f"**Best:** `{best['run_name']}` (`{best['overrides']}`): `{objective}` = "
                      f"{best[objective]:.4f}{ci}.")
-        if "tied_with_best" in table.columns:
-            lines.append(f"{int(table['tied_with_best'].sum()) - 1} other job(s) are statistically tied with it "
+        if (n_tied := _tied_with(table)) is not None:
+            lines.append(f"{n_tied} other job(s) are statistically tied with it "
                          "(paired randomization test, Holm-adjusted, alpha 0.05).")
         lines.append("")
     if len(shown):
@@ -275,3 +274,12 @@ def _markdown(table: Any) -> str:
         cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _tied_with(table: Any) -> int | None:
+    """How many jobs other than the best (the first row) are statistically tied with it;
+    None without the column. (Subtracting 1 from the column's sum gave -1 when the best
+    itself was not marked, e.g. when only one job succeeded.)"""
+    if "tied_with_best" not in table.columns:
+        return None
+    return int(table["tied_with_best"].iloc[1:].sum())

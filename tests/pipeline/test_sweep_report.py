@@ -123,3 +123,12 @@ def test_one_override_moves_every_output(tmp_path):
     config = (folder / "config.yaml").read_text()
     assert f"cache_dir: {root}/cache" in config and f"uri: sqlite:///{root}/mlflow.db" in config
     assert f"artifact_root: {root}/mlartifacts" in config
+
+
+def test_the_tie_count_leaves_out_the_best_even_when_it_is_not_marked():
+    from pipeline.summary import _tied_with
+
+    # One job succeeded: its own row says False (nothing to compare), which gave "-1 other job(s)".
+    assert _tied_with(pd.DataFrame({"tied_with_best": [False]})) == 0
+    assert _tied_with(pd.DataFrame({"tied_with_best": [True, True, False, True]})) == 2
+    assert _tied_with(pd.DataFrame({"ndcg_at_10": [0.5]})) is None
