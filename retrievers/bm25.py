@@ -64,6 +64,8 @@ _FAST_PATTERN = r"\w\w+"
 _STOP = -1  # token id of a stop word
 _UNKNOWN = -2  # token id of a query term that is not in the corpus
 _MAX_DENSE_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
+_INDEX_BATCH = 20_000  # documents tokenized at once by index()
+_WEIGHT_BATCH = 1 << 22  # postings weighted at once (float64 temporaries of 32 MiB)
 
 # --------------------------------------------------------------------------- variants
 
@@ -260,55 +262,107 @@ class BM25Retriever:
         }
 
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
-        """Tokenize the corpus and compute every (term, document) weight."""
+        """Tokenize the corpus and compute every (term, document) weight.
+
+        Memory stays near the size of the index, not of the token stream: documents are
+        tokenized ``_INDEX_BATCH`` at a time, and each batch's tokens become integer
+        (document, term, count) postings at once (term ids provisional, in order of first
+        appearance), so no more than one batch's tokens exist as Python strings. At the end
+        the term ids are renumbered in the order of the sorted token list (a term's id is
+        the rank of its smallest token), which is what they have always been: the index does
+        not depend on the batch size or on string hashing."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
-        split = self.analyzer.split(doc_texts)
-        unique = sorted(set(chain.from_iterable(split)))  # sorted: term ids do not depend on hashing
-        terms = self.analyzer.terms_of(unique)
+        n_docs = len(doc_texts)
+        token_ids: dict[str, int] = {}  # raw token -> provisional token id (first appearance)
+        token_term = np.zeros(0, np.int64)  # provisional token id -> provisional term id, or _STOP
+        term_ids: dict[str, int] = {}  # term (stem) -> provisional term id (first appearance)
+        doc_len = np.zeros(n_docs, np.float64)
+        parts: list[tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]] = []  # (term, doc, tf)
+        for start in range(0, n_docs, _INDEX_BATCH):
+            split = self.analyzer.split(doc_texts[start : start + _INDEX_BATCH])
+            new = set(chain.from_iterable(split)).difference(token_ids)
+            if new:
+                new_tokens = list(new)
+                token_ids.update(zip(new_tokens, range(len(token_ids), len(token_ids) + len(new_tokens))))
+                terms = self.analyzer.terms_of(new_tokens)
+                added = [_STOP if (term := terms[t]) is None else term_ids.setdefault(term, len(term_ids))
+                         for t in new_tokens]
+                token_term = np.concatenate([token_term, np.asarray(added, np.int64)])
+            lengths = np.fromiter(map(len, split), np.int64, count=len(split))
+            flat = np.fromiter(map(token_ids.__getitem__, chain.from_iterable(split)), np.int32,
+                               count=int(lengths.sum()))
+            del split
+            term = token_term[flat]
+            docs = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+            keep = term != _STOP
+            term, docs = term[keep], docs[keep]
+            doc_len[start : start + len(lengths)] = np.bincount(docs, minlength=len(lengths))
+            # one posting per (document, term): sorted by document, then term
+            keys, counts = np.unique(docs * max(len(term_ids), 1) + term, return_counts=True)
+            parts.append(((keys % max(len(term_ids), 1)).astype(np.int32),
+                          (keys // max(len(term_ids), 1) + start).astype(np.int32), counts.astype(np.int32)))
+        # Final term ids: walk the tokens in sorted order, numbering terms as they first occur.
+        tokens = list(token_ids)
         vocab: dict[str, int] = {}
-        token_ids: dict[str, int] = {}
-        for token in unique:
-            term = terms[token]
-            token_ids[token] = _STOP if term is None else vocab.setdefault(term, len(vocab))
-        n_docs, n_terms = len(split), len(vocab)
-        lengths = np.fromiter(map(len, split), np.int64, count=n_docs)
-        flat = np.fromiter(map(token_ids.__getitem__, chain.from_iterable(split)), np.int64, count=int(lengths.sum()))
-        rows = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
-        keep = flat != _STOP
-        terms_flat, docs_flat = flat[keep], rows[keep]
-
-        tf = sp.csr_matrix(
-            (np.ones(len(terms_flat), np.float64), (terms_flat, docs_flat)), shape=(n_terms, n_docs)
-        )
-        tf.sum_duplicates()
-        doc_len = np.bincount(docs_flat, minlength=n_docs).astype(np.float64)
+        final = np.full(len(term_ids), -1, np.int64)  # provisional term id -> final term id
+        term_names = list(term_ids)
+        prov_of = token_term.tolist()
+        for i in sorted(range(len(tokens)), key=tokens.__getitem__):
+            prov = prov_of[i]
+            if prov != _STOP and final[prov] < 0:
+                final[prov] = len(vocab)
+                vocab[term_names[prov]] = len(vocab)
+        final_of = np.where(token_term == _STOP, _STOP, final[token_term]).tolist()
+        self._token_ids = dict(zip(tokens, final_of))
+        del tokens, token_ids, term_ids, term_names
+        n_terms = len(vocab)
+        # The postings in one set of arrays, each batch's freed as it is copied (the peak stays
+        # near one copy), provisional term ids replaced by the final ones.
+        n_postings = sum(len(p[0]) for p in parts)
+        term_flat, docs_flat, tf_flat = (np.empty(n_postings, np.int32) for _ in range(3))
+        final32, offset = final.astype(np.int32), 0
+        for i in range(len(parts)):
+            terms_i, docs_i, tf_i = parts[i]
+            parts[i] = None  # type: ignore[call-overload]
+            term_flat[offset : offset + len(terms_i)] = final32[terms_i]
+            docs_flat[offset : offset + len(terms_i)] = docs_i
+            tf_flat[offset : offset + len(terms_i)] = tf_i
+            offset += len(terms_i)
+            del terms_i, docs_i, tf_i
+        del parts, final, final32
+        # Postings come in document order, so the counting sort by term leaves every row's
+        # documents ascending and distinct: already canonical, nothing to sort or sum.
+        tf = sp.csr_matrix((tf_flat, (term_flat, docs_flat)), shape=(n_terms, n_docs))
+        del term_flat, docs_flat, tf_flat
         avg_len = float(doc_len.mean()) if n_docs and doc_len.sum() > 0 else 1.0
         df = np.diff(tf.indptr).astype(np.float64)
         idf_fn, tfc_fn = VARIANTS[self.method]
         with np.errstate(divide="ignore"):
             idf = idf_fn(df, n_docs) if n_terms else np.zeros(0)
         len_norm = 1.0 - self.b + self.b * doc_len / avg_len
-        term_of_entry = np.repeat(np.arange(n_terms), np.diff(tf.indptr))
-        weights = idf[term_of_entry] * tfc_fn(tf.data, len_norm[tf.indices], self.k1, self.delta)
-        if self.method in WITH_DELTA:
-            absent = idf * tfc_fn(0.0, 1.0, self.k1, self.delta)  # the same for every document
-            weights = weights - absent[term_of_entry]
-            self._absent = absent.astype(np.float32)
-        else:
-            self._absent = None
-        self._weights = sp.csr_matrix(
-            (weights.astype(np.float32), tf.indices.copy(), tf.indptr.copy()), shape=(n_terms, n_docs)
-        )
+        term_of_entry = np.repeat(np.arange(n_terms, dtype=np.int32), np.diff(tf.indptr))
+        absent = idf * tfc_fn(0.0, 1.0, self.k1, self.delta) if self.method in WITH_DELTA else None
+        weights = np.empty(tf.nnz, np.float32)
+        for s in range(0, tf.nnz, _WEIGHT_BATCH):  # float64 arithmetic, a slice at a time
+            rows = term_of_entry[s : s + _WEIGHT_BATCH]
+            w = idf[rows] * tfc_fn(tf.data[s : s + _WEIGHT_BATCH].astype(np.float64),
+                                   len_norm[tf.indices[s : s + _WEIGHT_BATCH]], self.k1, self.delta)
+            if absent is not None:
+                w = w - absent[rows]
+            weights[s : s + _WEIGHT_BATCH] = w
+        del term_of_entry
+        self._absent = None if absent is None else absent.astype(np.float32)
+        self._weights = sp.csr_matrix((weights, tf.indices, tf.indptr), shape=(n_terms, n_docs))
         # Sparse products drop exact zeros; keep an explicit term-presence matrix only when a
         # matching document can have weight 0, so that it still counts as a hit.
         if (self._weights.data == 0).any():
             self._presence = sp.csr_matrix(
-                (np.ones(len(tf.data), np.float32), tf.indices.copy(), tf.indptr.copy()), shape=(n_terms, n_docs)
+                (np.ones(tf.nnz, np.float32), tf.indices, tf.indptr), shape=(n_terms, n_docs)
             )
         else:
             self._presence = None
-        self._vocab, self._token_ids, self.n_docs = vocab, token_ids, n_docs
+        self._vocab, self.n_docs = vocab, n_docs
         log.info(
             "BM25 (%s, k1=%g, b=%g) indexed %d documents, %d terms, %d postings",
             self.method, self.k1, self.b, n_docs, n_terms, tf.nnz,

@@ -245,3 +245,30 @@ def test_named_stop_word_lists_are_bm25s_lists():
     assert resolve_stopwords(None) == (None, frozenset())
     with pytest.raises(ValueError, match="unknown stop word list 'klingon'"):
         resolve_stopwords("klingon")
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson", "bm25+"])
+def test_batched_indexing_builds_the_same_index_as_one_batch(corpus, method, monkeypatch):
+    """index() tokenizes a batch of documents at a time and renumbers terms at the end; the
+    index must not depend on where the batches split (stems and stop words first seen in
+    different batches, an all-stop-word document, an empty one)."""
+    import retrievers.bm25 as bm25
+
+    docs = list(corpus) + ["", "Running RUNS run", "the a of"]
+    whole = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
+    whole.index([str(i) for i in range(len(docs))], docs)
+    for batch in (1, 7, 64):
+        monkeypatch.setattr(bm25, "_INDEX_BATCH", batch)
+        part = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
+        part.index([str(i) for i in range(len(docs))], docs)
+        assert part._vocab == whole._vocab and part._token_ids == whole._token_ids
+        assert (part._weights != whole._weights).nnz == 0 and part._weights.has_canonical_format
+        np.testing.assert_array_equal(part._weights.indptr, whole._weights.indptr)
+        np.testing.assert_array_equal(part._weights.indices, whole._weights.indices)
+        np.testing.assert_array_equal(part._weights.data, whole._weights.data)
+    # term ids are the order of the sorted tokens: a term's id is the rank of its smallest token
+    first_token = {}
+    for token in sorted(whole._token_ids):
+        first_token.setdefault(whole._token_ids[token], token)
+    ranks = [first_token[i] for i in range(len(whole._vocab)) if i in first_token]
+    assert ranks == sorted(ranks) and len(ranks) == len(whole._vocab)
