@@ -374,10 +374,16 @@ class DenseRetriever:
         backend: ``torch``, ``onnx`` (ONNX Runtime, fp32) or ``onnx-int8`` (dynamic int8).
         index: ``exact`` (numpy), ``flat`` (faiss IndexFlatIP) or ``hnsw`` (faiss, approximate).
         hnsw_m, hnsw_ef_construction, hnsw_ef_search: HNSW graph parameters
-            (``efSearch`` is raised to the depth + 16 when smaller). The default efSearch
-            1024 keeps recall@100 >= 0.99 against exact search on random unit 384-d vectors
-            (the hardest case) at 10k documents (0.99998; 128 gave 0.82), not at 100k
-            (0.850; ``benchmarks/scale.py``): measure recall on your own embeddings.
+            (``efSearch`` is raised to the depth + 16 when smaller).
+        hnsw_target_recall: the recall@depth against exact search that HNSW must reach
+            (None = use ``hnsw_ef_search`` as it is). Before searching, up to
+            ``hnsw_calibration_queries`` of the queries (evenly spaced) are searched exactly
+            and with HNSW; efSearch starts at ``hnsw_ef_search`` and doubles until their
+            recall@depth reaches the target (or efSearch reaches the corpus size). The
+            efSearch used and the recall measured are logged and kept in
+            ``hnsw_calibration``. A fixed efSearch does not carry over between corpora:
+            1024 gives recall@100 0.99998 on random unit 384-d vectors at 10k documents but
+            0.850 at 100k (``benchmarks/scale.py``).
         cache_dir: where embeddings are cached (None = no cache).
         encoder: an object with ``encode(texts, batch_size=..., **kwargs) -> array`` used
             instead of loading ``model`` (tests, custom models). Its ``cache_key()`` (if it
@@ -399,6 +405,8 @@ class DenseRetriever:
         hnsw_m: int = 32,
         hnsw_ef_construction: int = 200,
         hnsw_ef_search: int = 1024,
+        hnsw_target_recall: float | None = 0.99,
+        hnsw_calibration_queries: int = 100,
         cache_dir: str | Path | None = None,
         encoder: Encoder | None = None,
     ):
@@ -421,6 +429,14 @@ class DenseRetriever:
         self.hnsw_m = int(hnsw_m)
         self.hnsw_ef_construction = int(hnsw_ef_construction)
         self.hnsw_ef_search = int(hnsw_ef_search)
+        if hnsw_target_recall is not None and not 0 < float(hnsw_target_recall) <= 1:
+            raise ValueError(f"hnsw_target_recall must be in (0, 1] or null, got {hnsw_target_recall}")
+        if int(hnsw_calibration_queries) < 1:
+            raise ValueError(f"hnsw_calibration_queries must be >= 1, got {hnsw_calibration_queries}")
+        self.hnsw_target_recall = None if hnsw_target_recall is None else float(hnsw_target_recall)
+        self.hnsw_calibration_queries = int(hnsw_calibration_queries)
+        #: the last HNSW search's efSearch and the recall@depth measured on the calibration queries
+        self.hnsw_calibration: dict[str, Any] | None = None
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self._encoder = encoder
         self._custom_encoder = encoder is not None  # given by the caller: backend does not apply
@@ -471,6 +487,8 @@ class DenseRetriever:
         }
         if self.index_type == "hnsw":
             key["hnsw"] = [self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search]
+            if self.hnsw_target_recall is not None:
+                key["hnsw_target_recall"] = [self.hnsw_target_recall, self.hnsw_calibration_queries]
         return key
 
     # ------------------------------------------------------------------ encoding
@@ -664,9 +682,43 @@ class DenseRetriever:
         n_d = self.doc_embeddings.shape[0]
         k = min(n_d, depth + _FAISS_MARGIN)
         if self.index_type == "hnsw":
-            self._faiss_index.hnsw.efSearch = max(self.hnsw_ef_search, k)
+            ef = max(self.hnsw_ef_search, k)
+            if self.hnsw_target_recall is not None:
+                ef = self._calibrated_ef(queries, depth, k, ef)
+            self._faiss_index.hnsw.efSearch = ef
         _, idx = self._faiss_index.search(queries, k)
         return rescored(queries, self.doc_embeddings, idx.astype(np.int64), depth)
+
+    def _calibrated_ef(self, queries: NDArray[np.float32], depth: int, k: int, ef: int) -> int:
+        """The smallest efSearch of ef, 2 ef, 4 ef... (up to the corpus size) whose recall@depth
+        against exact search on the calibration queries reaches ``hnsw_target_recall``."""
+        docs = self.doc_embeddings
+        n_d, n_q = docs.shape[0], queries.shape[0]
+        rows = np.unique(np.linspace(0, n_q - 1, min(n_q, self.hnsw_calibration_queries)).round().astype(np.int64))
+        sample = np.ascontiguousarray(queries[rows])
+        truth = exact_search(sample, docs, depth).doc_idx
+        while True:
+            self._faiss_index.hnsw.efSearch = ef
+            found = rescored(sample, docs, self._faiss_index.search(sample, k)[1].astype(np.int64), depth).doc_idx
+            recall = recall_against(found, truth)
+            if recall >= self.hnsw_target_recall or ef >= n_d:
+                break
+            ef = min(2 * ef, max(n_d, k))
+        self.hnsw_calibration = {"ef_search": ef, "recall": recall, "queries": len(rows), "depth": depth}
+        level = logging.INFO if recall >= self.hnsw_target_recall else logging.WARNING
+        log.log(level, "dense: HNSW efSearch %d: recall@%d %.4f against exact search on %d of the queries "
+                "(target %.4g)", ef, depth, recall, len(rows), self.hnsw_target_recall)
+        return ef
+
+
+def recall_against(found: NDArray[np.int64], truth: NDArray[np.int64]) -> float:
+    """Mean over queries of |found & truth| / |truth| (``-1`` pads ignored; a query whose
+    truth is empty counts 1)."""
+    values = []
+    for f, t in zip(found, truth):
+        t_set = set(t[t >= 0].tolist())
+        values.append(len(t_set & set(f[f >= 0].tolist())) / len(t_set) if t_set else 1.0)
+    return float(np.mean(values)) if values else 1.0
 
 
 def exact_search(queries: NDArray[np.float32], docs: NDArray[np.float32], depth: int) -> Ranking:

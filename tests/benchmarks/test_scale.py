@@ -88,7 +88,8 @@ def test_dense_defaults_in_code_match_the_config():
 
     cfg = yaml.safe_load((ROOT / "conf" / "retriever" / "dense.yaml").read_text())
     params = inspect.signature(DenseRetriever).parameters
-    for key in ("hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "device"):
+    for key in ("hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "hnsw_target_recall", "hnsw_calibration_queries",
+                "device"):
         assert params[key].default == cfg[key], key
 
 
@@ -139,4 +140,6 @@ def test_hnsw_recall_at_100_is_at_least_099_at_10k_documents(smoke):
     assert (hnsw["M"], hnsw["ef_construction"], hnsw["ef_search"]) == (
         cfg["hnsw_m"], cfg["hnsw_ef_construction"], cfg["hnsw_ef_search"])
     assert hnsw["recall_at_100"] >= 0.99
+    assert hnsw["target_recall"] == cfg["hnsw_target_recall"] == 0.99
+    assert hnsw["calibration"]["recall"] >= 0.99 and hnsw["calibration"]["ef_search"] >= cfg["hnsw_ef_search"]
     assert not math.isnan(hnsw["recall_at_100"]) and hnsw["recall_at_100"] <= 1

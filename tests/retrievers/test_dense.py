@@ -237,3 +237,70 @@ def test_real_model_offline_ranks_paraphrase_source_first(tmp_path):
     assert ranking.doc_idx[:, 0].tolist() == [0, 1, 3, 4]
     assert (ranking.scores[:, 0] - ranking.scores[:, 1] > 0.1).all()
     assert r.cache_key()["model"]["path"].endswith("model") and len(r.cache_key()["model"]["files"]) == 64
+
+
+class RandomUnitEncoder:
+    """Text "x:i" -> the i-th of a seeded set of random unit vectors (no structure: HNSW's hardest case)."""
+
+    def __init__(self, n: int = 6000, dim: int = 48, seed: int = 7):
+        v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+        self.vectors = v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def cache_key(self) -> str:
+        return "random-unit"
+
+    def encode(self, sentences, batch_size=32, **kwargs):
+        return self.vectors[[int(s.split(":")[1]) for s in sentences]]
+
+
+def test_hnsw_raises_ef_search_until_the_target_recall_is_measured():
+    pytest.importorskip("faiss")
+    from retrievers.dense import recall_against
+
+    enc = RandomUnitEncoder()
+    docs, queries = [f"d:{i}" for i in range(5000)], [f"q:{i}" for i in range(5000, 5200)]
+    exact = DenseRetriever(encoder=enc)
+    exact.index(ids(len(docs)), docs)
+    truth = exact.search(ids(len(queries), "q"), queries, 50).doc_idx
+
+    def hnsw(**kwargs):
+        r = DenseRetriever(encoder=enc, index="hnsw", hnsw_m=8, hnsw_ef_construction=32, hnsw_ef_search=8, **kwargs)
+        r.index(ids(len(docs)), docs)
+        return r, r.search(ids(len(queries), "q"), queries, 50).doc_idx
+
+    fixed, found_fixed = hnsw(hnsw_target_recall=None)
+    assert fixed.hnsw_calibration is None and fixed._faiss_index.hnsw.efSearch == 50 + 16  # raised to depth + margin
+    assert recall_against(found_fixed, truth) < 0.95  # a weak graph at a small efSearch misses neighbours
+
+    tuned, found = hnsw(hnsw_target_recall=0.99, hnsw_calibration_queries=50)
+    cal = tuned.hnsw_calibration
+    assert cal["queries"] == 50 and cal["depth"] == 50 and cal["recall"] >= 0.99
+    assert cal["ef_search"] in (132, 264, 528, 1056, 2112, 4224, 5000) and tuned._faiss_index.hnsw.efSearch == cal["ef_search"]
+    rows = np.unique(np.linspace(0, len(queries) - 1, 50).round().astype(int))  # the calibration sample
+    assert recall_against(found[rows], truth[rows]) == pytest.approx(cal["recall"])
+    assert recall_against(found, truth) >= 0.97  # and it carries over to the other queries
+    assert tuned.cache_key()["hnsw_target_recall"] == [0.99, 50] and "hnsw_target_recall" not in fixed.cache_key()
+
+
+def test_recall_against_counts_the_truth_it_finds():
+    from retrievers.dense import recall_against
+
+    found = np.array([[1, 2, 3], [4, -1, -1], [7, 8, 9]])
+    truth = np.array([[3, 2, 0], [4, 5, -1], [-1, -1, -1]])
+    assert recall_against(found, truth) == pytest.approx((2 / 3 + 1 / 2 + 1) / 3)
+
+
+def test_hnsw_that_cannot_reach_the_target_says_so(caplog):
+    pytest.importorskip("faiss")
+    enc = RandomUnitEncoder()
+    docs, queries = [f"d:{i}" for i in range(5000)], [f"q:{i}" for i in range(5000, 5100)]
+    r = DenseRetriever(encoder=enc, index="hnsw", hnsw_m=4, hnsw_ef_construction=16, hnsw_ef_search=8,
+                       hnsw_target_recall=1.0, hnsw_calibration_queries=100)
+    r.index(ids(len(docs)), docs)
+    with caplog.at_level("INFO", logger="retrievers.dense"):
+        r.search(ids(len(queries), "q"), queries, 50)
+    cal = r.hnsw_calibration
+    # a graph this sparse misses some true neighbours even when efSearch covers the corpus
+    assert cal["ef_search"] == 5000 and cal["recall"] < 1.0
+    (warning,) = [rec for rec in caplog.records if rec.levelname == "WARNING"]
+    assert f"efSearch 5000: recall@50 {cal['recall']:.4f}" in warning.getMessage() and "(target 1)" in warning.getMessage()
