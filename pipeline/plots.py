@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,8 +56,8 @@ def _ks(values: NDArray) -> NDArray[np.int64]:
     return np.arange(1, len(values) + 1)
 
 
-def _mark_k(ax: Axes, k: int) -> None:
-    ax.axvline(k, color="0.4", linestyle="--", linewidth=1.0, label=f"k = {k}")
+def _mark_k(ax: Axes, k: int) -> Any:
+    return ax.axvline(k, color="0.4", linestyle="--", linewidth=1.0, label=f"k = {k}")
 
 
 def _k_axis(ax: Axes, k_max: int) -> None:
@@ -90,17 +91,31 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
         (axes[2], ("context_utility",), "Context utility (placed order)"),
     ]
     k_max = max(len(np.asarray(values)) for values in curves.values())
+    lines, marks, legends = [], [], []
     for ax, keys, panel_title in panels:
         for key in keys:
             if key in curves:
                 values = np.asarray(curves[key], dtype=np.float64)
-                ax.plot(_ks(values), values, marker="o", markersize=3, label=CURVE_LABELS[key])
-        _mark_k(ax, k)
+                (line,) = ax.plot(_ks(values), values, marker="o", markersize=3, label=CURVE_LABELS[key])
+                lines.append((key, line))
+        marks.append(_mark_k(ax, k))
         _k_axis(ax, k_max)
         ax.set_ylabel("mean over queries")
         ax.set_title(panel_title)
-        ax.legend(loc="best", fontsize="small")
-    fig.suptitle(title)
+        legends.append(ax.legend(loc="best", fontsize="small"))
+    suptitle = fig.suptitle(title)
+
+    def update(curves: Mapping[str, NDArray], k: int, title: str) -> None:
+        for key, line in lines:
+            values = np.asarray(curves[key], dtype=np.float64)
+            line.set_data(_ks(values), values)
+        for mark, legend in zip(marks, legends):
+            mark.set_xdata([k, k])
+            mark.set_label(f"k = {k}")
+            legend.texts[-1].set_text(f"k = {k}")  # the k marker is each panel's last entry
+        suptitle.set_text(title)
+
+    fig._pipeline_update = update  # type: ignore[attr-defined]  (save_run_figures redraws it for the next run)
     return fig
 
 
@@ -124,16 +139,17 @@ def pr_curve_figure(
     fig = _figure(figsize=(6, 5))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.92)
     ax = fig.subplots()
-    ax.plot(recall, precision, marker="o", markersize=3, label="K = 1..%d" % k_max)
+    (line,) = ax.plot(recall, precision, marker="o", markersize=3, label="K = 1..%d" % k_max)
+    notes = []
     for K in label_ks:
         if 1 <= K <= k_max:
-            ax.annotate(
+            notes.append((K, ax.annotate(
                 f"K={K}",
                 (recall[K - 1], precision[K - 1]),
                 textcoords="offset points",
                 xytext=(5, 5),
                 fontsize="small",
-            )
+            )))
     ax.set_xlabel("recall@K")
     ax.set_ylabel("precision@K")
     ax.set_xlim(-0.02, 1.02)
@@ -141,6 +157,15 @@ def pr_curve_figure(
     ax.grid(True, alpha=0.3)
     ax.set_title(title)
     ax.legend(loc="best", fontsize="small")
+
+    def update(precision: NDArray, recall: NDArray, title: str) -> None:
+        precision, recall = np.asarray(precision, dtype=np.float64), np.asarray(recall, dtype=np.float64)
+        line.set_data(recall, precision)
+        for K, note in notes:
+            note.xy = (recall[K - 1], precision[K - 1])
+        ax.title.set_text(title)
+
+    fig._pipeline_update = update  # type: ignore[attr-defined]  (save_run_figures redraws it for the next run)
     return fig
 
 
@@ -223,19 +248,35 @@ def sweep_summary_figure(
     return fig
 
 
+#: The last run's figures, by the shape of their data, redrawn with the next run's data: in a
+#: process that draws many runs (the tracking process of a sweep) building a figure and its
+#: ticks costs as much as drawing it. A redrawn figure's PNG is byte-identical to a new one's
+#: (tests/pipeline/test_plots.py).
+_REUSED: dict[tuple, Any] = {}
+_REUSED_LOCK = threading.Lock()  # one run at a time redraws them (threaded launchers)
+
+
 def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> list[Path]:
     """A run's figures as PNG files in ``folder``: the K-sweep and the precision-recall curve."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    figures = {
-        "k_sweep.png": k_sweep_figure(curves, k, title),
-        "precision_recall.png": pr_curve_figure(curves["precision"], curves["recall"], title),
-    }
+    lengths = tuple(sorted((key, len(np.asarray(v))) for key, v in curves.items()))
+    k_key, pr_key = ("k_sweep", lengths), ("pr", len(np.asarray(curves["precision"])))
     from pipeline.results import atomic_open  # a reader never sees half a PNG
 
-    for name, figure in figures.items():
-        with atomic_open(folder / name, "wb") as fh:
-            figure.savefig(fh, dpi=110, format="png")
+    with _REUSED_LOCK:
+        if k_key in _REUSED:
+            _REUSED[k_key]._pipeline_update(curves, k, title)
+        else:
+            _REUSED[k_key] = k_sweep_figure(curves, k, title)
+        if pr_key in _REUSED:
+            _REUSED[pr_key]._pipeline_update(curves["precision"], curves["recall"], title)
+        else:
+            _REUSED[pr_key] = pr_curve_figure(curves["precision"], curves["recall"], title)
+        figures = {"k_sweep.png": _REUSED[k_key], "precision_recall.png": _REUSED[pr_key]}
+        for name, figure in figures.items():
+            with atomic_open(folder / name, "wb") as fh:
+                figure.savefig(fh, dpi=110, format="png")
     return [folder / name for name in figures]
 
 

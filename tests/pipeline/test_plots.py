@@ -119,3 +119,25 @@ def test_sweep_summary_uses_the_index_without_a_name_column():
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
     assert len(fig.axes[0].patches) == 2
     assert [line.get_label() for line in fig.axes[1].lines] == ["a"]
+
+
+def test_a_redrawn_run_figure_is_byte_identical_to_a_new_one(tmp_path, monkeypatch):
+    """save_run_figures redraws the last figure of the same shape with the next run's data
+    (a sweep's tracking process draws a hundred runs): every PNG must be what a figure built
+    for that run alone gives, whatever came before it (other k, other title, other shapes)."""
+    runs = [(_curves(1.0), 5, "k5 bm25"), (_curves(0.6), 1, "k1 litm bm25"),
+            ({key: v for key, v in _curves(0.8).items() if key not in ("map", "mrr")}, 3, "no map"),
+            (_curves(0.9), 10, "k10 attn_opt bm25"), ({key: v[:4] for key, v in _curves(0.7).items()}, 2, "short"),
+            (_curves(0.5), 7, "k7 reverse bm25")]
+    monkeypatch.setattr(plots, "_REUSED", {})
+    for i, (curves, k, title) in enumerate(runs):
+        plots.save_run_figures(tmp_path / f"sweep{i}", curves, k, title)
+    assert len(plots._REUSED) == 5  # three k-sweep shapes and two PR lengths for six runs: reused
+    for i, (curves, k, title) in enumerate(runs):
+        monkeypatch.setattr(plots, "_REUSED", {})
+        plots.save_run_figures(tmp_path / f"alone{i}", curves, k, title)
+        for name in ("k_sweep.png", "precision_recall.png"):
+            redrawn, alone = (tmp_path / f"sweep{i}" / name).read_bytes(), (tmp_path / f"alone{i}" / name).read_bytes()
+            assert redrawn[:8] == PNG_MAGIC and redrawn == alone, (i, name)
+    # and the runs' figures differ from each other: the data, k and the title reach the PNG
+    assert len({(tmp_path / f"sweep{i}" / "k_sweep.png").read_bytes() for i in range(len(runs))}) == len(runs)
