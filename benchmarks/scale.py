@@ -41,7 +41,8 @@ another's memory:
   sqlite store), its wall time from start to exit (imports included), its own stage timings
   (``time_*_s`` of its record and the store), and its memory.
 
-Chunking is not measured: the pipeline has no chunking stage yet.
+Chunking is not measured here: the default job (`chunker=none`) has no chunking stage, and
+`benchmarks/chunking.py` times the chunkers against semantic-text-splitter itself.
 
 **Measurement.** Wall time is ``time.perf_counter`` around the stage's call (imports made
 before); CPU time is the process's user + system time over the same call (all threads,
