@@ -144,11 +144,13 @@ def log_files() -> list[logging.FileHandler]:
     return [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
 
 
-def to_log_file(message: str, exc: BaseException | None = None, name: str = "pipeline") -> None:
-    """Write ``message`` (and ``exc``'s traceback) at ERROR to the job's log file(s) only."""
+def to_log_file(message: str, exc: BaseException | None = None, name: str = "pipeline",
+                level: int = logging.ERROR) -> None:
+    """Write ``message`` (and ``exc``'s traceback) at ``level`` to the job's log file(s) only
+    (what the console shows already, in its own words)."""
     logger = logging.getLogger(name)
     exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
-    record = logger.makeRecord(name, logging.ERROR, __file__, 0, "%s", (message,), exc_info)
+    record = logger.makeRecord(name, level, __file__, 0, "%s", (message,), exc_info)
     for handler in log_files():
         try:
             handler.handle(record)

@@ -505,7 +505,7 @@ def _print_summary(run_name: str, collection: Collection, cfg: DictConfig, metri
     lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys if key in metrics]
     if warning := judged_warning(metrics):  # on the console once (here), in pipeline.log too
         lines.append(warning)
-        log.info("%s", warning)
+        console.to_log_file(warning, name=__name__, level=logging.WARNING)
     lines.append(f"results: {results}")
     print("\n".join(lines))
 

@@ -352,3 +352,20 @@ def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
     assert "This run scored condensed lists" in (results / "definition_card.md").read_text()
     assert "judged_only: condensed lists" in out
     assert f"judged_at_10 = {metrics['metrics']['judged_at_10']:.4f} < 0.9" in out and "pool it" in out
+
+
+def test_the_judged_warning_is_shown_once_and_kept_in_the_job_log(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path / 'out'}",
+                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    judged = json.loads((run_dir / "results" / "metrics.json").read_text())["metrics"]["judged_at_10"]
+    line = f"judged_at_10 = {judged:.4f} < 0.9"  # the sample's pool is shallow: 0.1885
+    assert (proc.stdout + proc.stderr).count(line) == 1
+    logged = [entry for entry in (run_dir / "pipeline.log").read_text().splitlines() if line in entry]
+    assert len(logged) == 1 and "[WARNING]" in logged[0]
