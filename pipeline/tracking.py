@@ -483,7 +483,8 @@ def log_results(results: Path, settings: Any | None = None) -> str:
     from filelock import FileLock, Timeout
 
     try:  # one logger per folder at a time: the job's tracking process and a sync may overlap
-        with FileLock(str(results / ".mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
+        # (the lock file lives beside the results folder, which is logged whole as artifacts)
+        with FileLock(str(results.parent / f".{results.name}.mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
             return _log_results_locked(results, record, settings)
     except Timeout:
         raise TrackingError(f"{results}: another process has been logging this folder for "

@@ -169,6 +169,7 @@ def test_mlflow_contract(tmp_path, store):
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
     assert {"metrics.json", "per_query.csv", "run.trec", "config.yaml", "definition_card.md", "plots",
             "per_query_table.json"} <= artifacts
+    assert not {path for path in artifacts if path.startswith(".")}  # no lock or marker files
     plots = {a.path for a in client.list_artifacts(run_.info.run_id, "plots")}
     assert plots == {"plots/k_sweep.png", "plots/precision_recall.png"}
     (dataset_input,) = client.get_run(run_.info.run_id).inputs.dataset_inputs
