@@ -355,9 +355,11 @@ def worker_dense(n_docs: int, n_queries: int, seed: int, hnsw: bool, ef_sweep: l
 
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
-    """Mean over queries of |found top k & truth top k| / k (k = truth's width)."""
-    k = truth.shape[1]
-    return float(np.mean([len(np.intersect1d(f[:k][f[:k] >= 0], t)) / k for f, t in zip(found, truth)]))
+    """Mean over queries of |found & truth| / |truth|: the dense retriever's own measure
+    (``retrievers.dense.recall_against``, which its HNSW calibration uses)."""
+    from retrievers.dense import recall_against
+
+    return recall_against(found, truth)
 
 
 def _tree_rss_kib(pid: int) -> tuple[int, int]:

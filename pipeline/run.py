@@ -183,17 +183,15 @@ def write_results(
     per_query: Any,
     metrics: dict[str, float],
     title: str,
+    curves: dict[str, np.ndarray],
     with_plots: bool = True,
-    curves: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Everything the run produced, on disk under ``out/results`` (``pipeline.results``), each
     file written atomically. ``with_plots=False`` leaves the figures to the tracking process
     (see ``run``). The record is written by the caller, last. ``curves``: the mean of each
-    family of :data:`CURVES` at every K, when the caller has them already."""
+    family of :data:`CURVES` at every K."""
     results = res.results_dir(out)
     results.mkdir(parents=True, exist_ok=True)
-    if curves is None:
-        curves = {family: ev.curve(family) for family in CURVES}
     payload = {
         "judged_only": judged_only_of(cfg),  # condensed lists (trec_eval -J): not comparable with full rankings
         "metrics": metrics,
@@ -322,7 +320,7 @@ def run(cfg: DictConfig) -> float:
                 figures.draw(res.results_dir(ctx.output_dir) / "plots", curves, cfg.k, run_name)
             results = write_results(ctx.output_dir, cfg, collection, ranking,
                                     placed if stage is None else stage.chunk_docs(placed), ev, per_query, metrics,
-                                    run_name, with_plots=not deferred and figures is None, curves=curves)
+                                    run_name, curves, with_plots=not deferred and figures is None)
             if stage is not None:  # chunk_run.trec, chunks.tsv and context.tsv with chunk ids
                 contexts = (list(placed) if cfg.get("budget") is None else
                             chunkers.budget_context(stage, chunk_ranking.doc_idx, int(cfg.budget), strategy, curve))

@@ -299,20 +299,21 @@ class BM25Retriever:
             term, docs = term[keep], docs[keep]
             doc_len[start : start + len(lengths)] = np.bincount(docs, minlength=len(lengths))
             # one posting per (document, term): sorted by document, then term
-            keys, counts = np.unique(docs * max(len(term_ids), 1) + term, return_counts=True)
-            parts.append(((keys % max(len(term_ids), 1)).astype(np.int32),
-                          (keys // max(len(term_ids), 1) + start).astype(np.int32), counts.astype(np.int32)))
+            width = max(len(term_ids), 1)
+            keys, counts = np.unique(docs * width + term, return_counts=True)
+            parts.append(((keys % width).astype(np.int32), (keys // width + start).astype(np.int32),
+                          counts.astype(np.int32)))
         # Final term ids: walk the tokens in sorted order, numbering terms as they first occur.
         tokens = list(token_ids)
         vocab: dict[str, int] = {}
-        final = np.full(len(term_ids), -1, np.int64)  # provisional term id -> final term id
+        final_ids = [-1] * len(term_ids)  # provisional term id -> final term id
         term_names = list(term_ids)
         prov_of = token_term.tolist()
         for i in sorted(range(len(tokens)), key=tokens.__getitem__):
             prov = prov_of[i]
-            if prov != _STOP and final[prov] < 0:
-                final[prov] = len(vocab)
-                vocab[term_names[prov]] = len(vocab)
+            if prov != _STOP and final_ids[prov] < 0:
+                final_ids[prov] = vocab[term_names[prov]] = len(vocab)
+        final = np.asarray(final_ids, np.int64)
         final_of = np.where(token_term == _STOP, _STOP, final[token_term]).tolist()
         self._token_ids = dict(zip(tokens, final_of))
         del tokens, token_ids, term_ids, term_names
