@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline.errors import InputError
 from pipeline.run import run_job
-from pipeline.sweep import Interrupted, on_interrupt
+from pipeline.sweep import Interrupted, compose_each_job_once, on_interrupt
 from pipeline import console, tracking
 
 
@@ -38,6 +38,7 @@ if __name__ == "__main__":
     check_command_line(sys.argv[1:])
     if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
+    compose_each_job_once()  # a sweep composes each job's config once, not twice
     try:
         main()
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback

@@ -132,3 +132,39 @@ def test_the_tie_count_leaves_out_the_best_even_when_it_is_not_marked():
     assert _tied_with(pd.DataFrame({"tied_with_best": [False]})) == 0
     assert _tied_with(pd.DataFrame({"tied_with_best": [True, True, False, True]})) == 2
     assert _tied_with(pd.DataFrame({"ndcg_at_10": [0.5]})) is None
+
+
+def test_a_sweep_composes_each_job_once(monkeypatch):
+    """Hydra's sweeper composes every job to validate the batch, then the launcher composes it
+    again: pipeline.sweep.compose_each_job_once hands the first composition to the launcher,
+    a copy, once."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from omegaconf import OmegaConf
+
+    from pipeline.sweep import compose_each_job_once
+
+    composed = []
+
+    def compose(self, master, overrides):
+        composed.append(tuple(overrides))
+        return OmegaConf.create({"overrides": list(overrides), "hydra": {"job": {"num": -1}}})
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", compose)
+    compose_each_job_once()
+    compose_each_job_once()  # a second call wraps nothing twice
+    loader, master = object.__new__(ConfigLoaderImpl), OmegaConf.create({})
+    batch = [["k=1"], ["k=3"]]
+    validated = [loader.load_sweep_config(master, job) for job in batch]  # validate_batch_is_legal
+    assert composed == [("k=1",), ("k=3",)]
+    launched = [loader.load_sweep_config(master, job) for job in batch]  # the launcher
+    assert composed == [("k=1",), ("k=3",)]  # not composed again
+    assert [c.overrides for c in launched] == [["k=1"], ["k=3"]]
+    launched[0].hydra.job.num = 0  # the launcher sets the job number on its config
+    assert validated[0].hydra.job.num == -1 and launched[0] is not validated[0]
+    # the next batch with the same overrides (an Optuna trial proposed twice) composes anew
+    loader.load_sweep_config(master, ["k=1"])
+    assert composed == [("k=1",), ("k=3",), ("k=1",)]
+    # another master config (another sweep in the same process) never takes this one's
+    other = OmegaConf.create({"other": True})
+    loader.load_sweep_config(other, ["k=1"])
+    assert composed[-1] == ("k=1",) and len(composed) == 4
