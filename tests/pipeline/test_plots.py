@@ -141,3 +141,29 @@ def test_a_redrawn_run_figure_is_byte_identical_to_a_new_one(tmp_path, monkeypat
             assert redrawn[:8] == PNG_MAGIC and redrawn == alone, (i, name)
     # and the runs' figures differ from each other: the data, k and the title reach the PNG
     assert len({(tmp_path / f"sweep{i}" / "k_sweep.png").read_bytes() for i in range(len(runs))}) == len(runs)
+
+
+def test_a_run_figure_has_the_pixels_of_a_full_draw(tmp_path, monkeypatch):
+    """save_run_figures draws the axes, ticks and labels once and only the data over them for
+    each run (pipeline.plots._render_png): the pixels must be those of ``fig.savefig`` of a
+    figure built for the run, for the first run and for the redrawn ones."""
+    import io
+
+    from PIL import Image
+
+    def pixels(data: bytes) -> np.ndarray:
+        return np.asarray(Image.open(io.BytesIO(data)).convert("RGBA"))
+
+    monkeypatch.setattr(plots, "_REUSED", {})
+    runs = [(_curves(1.0), 5, "k5 bm25"), (_curves(0.3), 1, "k1 a much longer run name: litm_lc bm25 chunker=tokens"),
+            (_curves(0.95), 10, "k10")]
+    for i, (curves, k, title) in enumerate(runs):
+        plots.save_run_figures(tmp_path / str(i), curves, k, title)
+        fresh = {"k_sweep.png": plots.k_sweep_figure(curves, k, title),
+                 "precision_recall.png": plots.pr_curve_figure(curves["precision"], curves["recall"], title)}
+        for name, fig in fresh.items():
+            full = io.BytesIO()
+            fig.savefig(full, format="png", dpi=plots.RUN_DPI)
+            ours = pixels((tmp_path / str(i) / name).read_bytes())
+            assert ours.shape == pixels(full.getvalue()).shape
+            np.testing.assert_array_equal(ours, pixels(full.getvalue()), err_msg=f"run {i} {name}")
