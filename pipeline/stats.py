@@ -491,18 +491,26 @@ def _tukey_hsd_stack(x: NDArray[np.float64], n_permutations: int, seed: int | No
     if s < 2:
         return np.ones((m, s, s))
     rng = _stream(seed, 2)
-    # rows of (query, system) -> all metrics, so one gather serves every metric
-    table = np.ascontiguousarray(x.transpose(2, 1, 0).reshape(n * s, m))
-    base = (np.arange(n, dtype=np.intp) * s)[:, None]
-    ident = np.broadcast_to(np.arange(s, dtype=np.intp), (n, s))
-    ranges = np.empty((m, n_permutations))
-    rows = max(1, _CHUNK_CELLS // (n * s * m))
-    for start in range(0, n_permutations, rows):
-        b = min(rows, n_permutations - start)
-        perm = rng.permuted(np.broadcast_to(ident, (b, n, s)), axis=2)
-        perm += base
-        sums = table[perm].sum(axis=1)  # [b, s, m]
-        ranges[:, start : start + b] = (sums.max(axis=1) - sums.min(axis=1)).T / n
+    # A query on which every system scores the same (on every metric) adds the same to every
+    # system's sum under any permutation, so it never changes the range: leave it out of the
+    # permutations. Exact, and it matters: in a sweep over placement and k every job has the
+    # same ranking, so on a ranking metric every query is such a query.
+    varying = (x != x[:, :1, :]).any(axis=(0, 1))
+    nv = int(varying.sum())
+    ranges = np.zeros((m, n_permutations))
+    if nv:
+        xv = x[:, :, varying]
+        # rows of (query, system) -> all metrics, so one gather serves every metric
+        table = np.ascontiguousarray(xv.transpose(2, 1, 0).reshape(nv * s, m))
+        base = (np.arange(nv, dtype=np.intp) * s)[:, None]
+        ident = np.broadcast_to(np.arange(s, dtype=np.intp), (nv, s))
+        rows = max(1, _CHUNK_CELLS // (nv * s * m))
+        for start in range(0, n_permutations, rows):
+            b = min(rows, n_permutations - start)
+            perm = rng.permuted(np.broadcast_to(ident, (b, nv, s)), axis=2)
+            perm += base
+            sums = table[perm].sum(axis=1)  # [b, s, m]
+            ranges[:, start : start + b] = (sums.max(axis=1) - sums.min(axis=1)).T / n
     gap = np.abs(means[:, :, None] - means[:, None, :])
     tol = _REL_TOL * _scale(x.reshape(m, -1))[:, None, None]
     count = np.empty((m, s, s), dtype=np.int64)

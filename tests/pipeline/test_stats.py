@@ -548,3 +548,21 @@ def test_t_and_randomization_p_values_agree_with_ranx():
         theirs = fisher.comparisons[key][metric]["p_value"]
         p = max(ours, 1 / b_ours)
         assert abs(ours - theirs) <= 4 * math.sqrt(p * (1 - p) * (1 / b_ours + 1 / b_ranx)) + 2 / b_ranx
+
+
+def test_tukey_hsd_leaves_out_the_queries_where_every_system_ties():
+    """Such a query adds the same to every system's sum under any permutation: leaving it out
+    of the permutations (what _tukey_hsd_stack does) must not change a p-value, and systems
+    that agree on every query (a sweep over placement: one ranking) get p = 1 at once."""
+    rng = np.random.default_rng(21)
+    x = rng.random((4, 25))
+    x[2] += 0.45
+    tied = np.repeat(rng.random((1, 15)), 4, axis=0)  # every system scores these queries alike
+    at = np.sort(rng.choice(40, 15, replace=False))  # among the others, whose order is kept
+    with_ties = np.empty((4, 40))
+    with_ties[:, at], with_ties[:, np.setdiff1d(np.arange(40), at)] = tied, x
+    p, p_ties = stats.tukey_hsd(x, n_permutations=2000, seed=5), stats.tukey_hsd(with_ties, n_permutations=2000, seed=5)
+    np.testing.assert_array_equal(p, p_ties)
+    assert p[0, 2] < 0.05 and p[0, 1] > 0.05  # the test still sees the shifted system
+    same = np.repeat(rng.random((1, 300)), 100, axis=0)
+    np.testing.assert_array_equal(stats.tukey_hsd(same, n_permutations=10_000), np.ones((100, 100)))
