@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline.errors import InputError
 from pipeline.run import run_job
-from pipeline.sweep import Interrupted, compose_each_job_once, on_interrupt
+from pipeline.sweep import Interrupted, cache_config_files, compose_each_job_once, on_interrupt
 from pipeline import console, tracking
 
 
@@ -39,6 +39,7 @@ if __name__ == "__main__":
     if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
     compose_each_job_once()  # a sweep composes each job's config once, not twice
+    cache_config_files()  # and parses each config file once
     try:
         main()
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback

@@ -214,3 +214,31 @@ def compose_each_job_once() -> None:
 
     load_sweep_config._pipeline_once = True  # type: ignore[attr-defined]
     ConfigLoaderImpl.load_sweep_config = load_sweep_config  # type: ignore[method-assign]
+
+
+def cache_config_files() -> None:
+    """Load each config file once per process, not once per composition.
+
+    Hydra reads and parses every YAML file of the defaults tree again for each composition
+    (about a fifth of its 0.2 s), and a sweep composes every job. The parsed result is kept by
+    (search path, config path) and each composition gets its own deep copy, so nothing one
+    composition does to it reaches the next. For one command's process: files edited while it
+    runs are not read again.
+    """
+    import copy
+
+    from hydra._internal.config_repository import ConfigRepository
+
+    original = ConfigRepository.load_config
+    if getattr(original, "_pipeline_cached", False):
+        return
+    loaded: dict[tuple, Any] = {}
+
+    def load_config(self: Any, config_path: str) -> Any:
+        key = (tuple((source.provider, source.path) for source in self.sources), config_path)
+        if key not in loaded:
+            loaded[key] = original(self, config_path)
+        return copy.deepcopy(loaded[key])
+
+    load_config._pipeline_cached = True  # type: ignore[attr-defined]
+    ConfigRepository.load_config = load_config  # type: ignore[method-assign]

@@ -168,3 +168,39 @@ def test_a_sweep_composes_each_job_once(monkeypatch):
     other = OmegaConf.create({"other": True})
     loader.load_sweep_config(other, ["k=1"])
     assert composed[-1] == ("k=1",) and len(composed) == 4
+
+
+def test_config_files_cached_across_compositions_compose_the_same_configs(monkeypatch):
+    """pipeline.sweep.cache_config_files parses each config file once per process: every
+    composition (each option of each group, value overrides, the Hydra section) must equal
+    Hydra's own, also when one composition follows another that used the same files."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.config_repository import ConfigRepository
+    from omegaconf import OmegaConf
+
+    import pipeline.config  # noqa: F401  (the schema)
+    from pipeline.sweep import cache_config_files
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    jobs = [[f"{group.name}={option.stem}"] for group in sorted(conf.iterdir())
+            if group.is_dir() and group.name not in ("hydra", "experiment") for option in sorted(group.glob("*.yaml"))]
+    jobs += [["retriever=bm25", "retriever.k1=0.9", "k=3"], ["reorder=reverse", "attention=log", "k=5"],
+             ["experiment=tune_bm25"], ["retriever=dense", "chunker=tokens", "k=1"], ["k=3"]]
+
+    def composed(rounds: int) -> list[dict]:
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf)):
+            return [OmegaConf.to_container(compose("config", overrides=job, return_hydra_config=True)) for job in jobs * rounds]
+
+    hydras = composed(1) * 2
+    parsed = []
+    original = ConfigRepository.load_config
+    monkeypatch.setattr(ConfigRepository, "load_config",
+                        lambda self, path: parsed.append(path) or original(self, path))
+    cache_config_files()
+    cached = composed(2)  # the second round from the cache only
+    assert len(cached) == len(hydras) > 40
+    for job, ours, theirs in zip(jobs * 2, cached, hydras):
+        assert ours == theirs, job
+    assert len(parsed) == len(set(parsed)) > 20  # each file parsed once
