@@ -304,6 +304,23 @@ def _retrying(fn, attempts: int = 5):
             time.sleep(0.1 * 2**attempt)
 
 
+#: The run tag that lists the tables MLflow's UI shows (``MlflowClient.log_table`` sets it).
+TAG_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
+#: A run's per-query table, as MLflow's UI and ``mlflow.load_table`` read it.
+TABLE_FILE = "per_query_table.json"
+
+
+def _log_table(mlflow_client: Any, run_id: str, table: "pd.DataFrame", artifact_file: str) -> None:
+    """``MlflowClient.log_table`` for a run just created with :data:`TAG_LOGGED_ARTIFACTS`:
+    the same file (pandas' split JSON, MLflow 3.17's writer) without log_table's three store
+    round trips (list the artifacts, read the run, set the tag) and its scan of every text
+    column for images; a tenth of a sweep's tracking time. Tested against log_table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / artifact_file
+        table.to_json(path, orient="split", index=False, date_format="iso")
+        mlflow_client.log_artifact(run_id, str(path))
+
+
 def log_run(
     settings: Any,
     record: RunRecord,
@@ -323,6 +340,8 @@ def log_run(
         tags = dict(record.tags)
         if parent_run_id:
             tags[TAG_PARENT] = parent_run_id
+        if record.table is not None:  # what MlflowClient.log_table sets, set with the run (see _log_table)
+            tags[TAG_LOGGED_ARTIFACTS] = json.dumps([{"path": TABLE_FILE, "type": "table"}])
         run = _retrying(
             lambda: mlflow_client.create_run(exp_id, run_name=record.run_name, tags=tags, start_time=record.start_time_ms)
         )
@@ -348,7 +367,7 @@ def log_run(
                 )
             )
             if record.table is not None:
-                mlflow_client.log_table(run_id, data=record.table, artifact_file="per_query_table.json")
+                _log_table(mlflow_client, run_id, record.table, TABLE_FILE)
             mlflow_client.log_artifacts(run_id, str(record.artifacts_dir))
             if before_finish is not None:
                 before_finish(mlflow_client, run_id)

@@ -59,3 +59,32 @@ def test_parallel_writers_with_the_same_dataset_inputs_lose_no_run(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("race").experiment_id], max_results=100)
     assert sorted(r.info.run_name for r in runs) == sorted(f"w{j}-{i}" for j in range(3) for i in range(6))
     assert all(len(client.get_run(r.info.run_id).inputs.dataset_inputs) == 1 for r in runs)
+
+
+def test_the_per_query_table_is_logged_as_mlflow_log_table_logs_it(tmp_path, store, monkeypatch):
+    """tracking._log_table (with the tag set when the run is created) writes the file and the
+    tag MlflowClient.log_table writes, so MLflow's UI and mlflow.load_table read it."""
+    import json
+
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from pipeline import tracking
+
+    table = pd.DataFrame({"query_id": ["q1", "q2", "q3"], "ndcg_at_10": [0.5, 1.0, 0.0],
+                          "query": ["what is \"BM25\"?", "été", None], "top_k": [["d1", "d2"], [], ["d3"]]})
+    client = MlflowClient(tracking_uri=store)
+    exp = client.create_experiment("tables", artifact_location=(tmp_path / "artifacts").as_uri())
+    theirs = client.create_run(exp).info.run_id
+    client.log_table(theirs, data=table.copy(), artifact_file=tracking.TABLE_FILE)
+    ours = client.create_run(exp, tags={tracking.TAG_LOGGED_ARTIFACTS: json.dumps(
+        [{"path": tracking.TABLE_FILE, "type": "table"}])}).info.run_id
+    tracking._log_table(client, ours, table, tracking.TABLE_FILE)
+    files = [Path(client.download_artifacts(run, tracking.TABLE_FILE, str(tmp_path / run))).read_bytes()
+             for run in (theirs, ours)]
+    assert files[0] == files[1] and b'"columns"' in files[0]
+    tags = [client.get_run(run).data.tags[tracking.TAG_LOGGED_ARTIFACTS] for run in (theirs, ours)]
+    assert tags[0] == tags[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # load_table searches through mlflow.search_runs
+    loaded = client.load_table(exp, tracking.TABLE_FILE, run_ids=[ours])  # finds the run by the tag
+    assert loaded["query_id"].tolist() == ["q1", "q2", "q3"] and loaded["ndcg_at_10"].tolist() == [0.5, 1.0, 0.0]
