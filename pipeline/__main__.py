@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline.errors import InputError
 from pipeline.run import run_job
-from pipeline.sweep import Interrupted, cache_config_files, compose_each_job_once, on_interrupt
+from pipeline.sweep import Interrupted, cache_config_files, compose_each_job_once, on_interrupt, validate_covering_jobs
 from pipeline import console, tracking
 
 
@@ -40,6 +40,7 @@ if __name__ == "__main__":
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
     compose_each_job_once()  # a sweep composes each job's config once, not twice
     cache_config_files()  # and parses each config file once
+    validate_covering_jobs()  # before any job runs, every swept value is composed once
     try:
         main()
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback

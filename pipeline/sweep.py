@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,42 @@ def compose_each_job_once() -> None:
 
     load_sweep_config._pipeline_once = True  # type: ignore[attr-defined]
     ConfigLoaderImpl.load_sweep_config = load_sweep_config  # type: ignore[method-assign]
+
+
+def covering_jobs(batch: Sequence[Sequence[str]]) -> list[Sequence[str]]:
+    """The jobs of a batch that bring an override (``key=value``) no earlier job has, in order.
+
+    Every value of every swept setting appears in one of them: composing them finds every
+    value that cannot be composed (an unknown option, a key an option lacks, a bad type). A
+    grid of 5 x 5 x 4 jobs has 12 such jobs."""
+    seen: set[str] = set()
+    chosen = []
+    for overrides in batch:
+        if any(override not in seen for override in overrides):
+            chosen.append(overrides)
+            seen.update(overrides)
+    return chosen or list(batch[:1])
+
+
+def validate_covering_jobs() -> None:
+    """Before a batch runs, compose the jobs that cover every swept value, not every job.
+
+    Hydra's sweepers compose every job of a batch before the first one starts, to fail early;
+    at 0.14 s a composition a 100-job sweep waited 14 s for that while the tracking process
+    idled. Composing the jobs of :func:`covering_jobs` still stops the sweep before any job
+    runs for any value that cannot be composed. What it cannot see is a combination of
+    values that compose one by one but not together: that job fails when it is launched."""
+    from hydra.plugins.sweeper import Sweeper
+
+    original = Sweeper.validate_batch_is_legal
+    if getattr(original, "_pipeline_covering", False):
+        return
+
+    def validate_batch_is_legal(self: Any, batch: Sequence[Sequence[str]]) -> None:
+        original(self, covering_jobs(batch))
+
+    validate_batch_is_legal._pipeline_covering = True  # type: ignore[attr-defined]
+    Sweeper.validate_batch_is_legal = validate_batch_is_legal  # type: ignore[method-assign]
 
 
 def cache_config_files() -> None:

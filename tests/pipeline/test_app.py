@@ -128,6 +128,11 @@ def test_objective_and_bad_settings_fail_at_once(tmp_path):
     assert proc.returncode != 0 and "retriever/nonexistent" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("k=abc", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode != 0 and "k" in proc.stderr and "Traceback" not in proc.stderr
+    # a sweep whose last value cannot be composed stops before its first job runs
+    proc = cli("-m", "tracking=none", "reorder=none,reverse", "k=1,3", "attention=flat,nonexistent",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode != 0 and "attention/nonexistent" in proc.stderr and "Traceback" not in proc.stderr
+    assert not [p for p in (tmp_path / "sweep").iterdir() if p.is_dir()]  # no job folder
 
 
 # --------------------------------------------------------------- MLflow contract

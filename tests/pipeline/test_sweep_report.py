@@ -204,3 +204,19 @@ def test_config_files_cached_across_compositions_compose_the_same_configs(monkey
     for job, ours, theirs in zip(jobs * 2, cached, hydras):
         assert ours == theirs, job
     assert len(parsed) == len(set(parsed)) > 20  # each file parsed once
+
+
+def test_the_covering_jobs_hold_every_swept_value_once_in_order():
+    """pipeline.sweep.covering_jobs: what a sweep composes before its first job runs."""
+    from itertools import product
+
+    from pipeline.sweep import covering_jobs
+
+    grid = [[f"reorder={r}", f"k={k}", f"attention={a}"] for r, k, a in
+            product(["none", "reverse", "litm", "lc", "opt"], [1, 3, 5, 10, 20], ["flat", "liu", "log", "u"])]
+    chosen = covering_jobs(grid)
+    assert len(chosen) == 12 and chosen[0] == grid[0]
+    assert {o for job in chosen for o in job} == {o for job in grid for o in job}  # every value
+    assert chosen == [job for job in grid if job in chosen]  # in the sweep's order
+    assert covering_jobs([["k=1"], ["k=1"]]) == [["k=1"]]
+    assert covering_jobs([[]]) == [[]]  # a sweep of one job without overrides
