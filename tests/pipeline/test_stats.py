@@ -566,3 +566,31 @@ def test_tukey_hsd_leaves_out_the_queries_where_every_system_ties():
     assert p[0, 2] < 0.05 and p[0, 1] > 0.05  # the test still sees the shifted system
     same = np.repeat(rng.random((1, 300)), 100, axis=0)
     np.testing.assert_array_equal(stats.tukey_hsd(same, n_permutations=10_000), np.ones((100, 100)))
+
+
+def test_a_jobs_objective_interval_is_computed_once_per_values_and_seed(monkeypatch):
+    """pipeline.run.objective_ci: the BCa interval of the evaluated queries' objective, kept
+    for the next job of the process with the same values and seed (a sweep over placement)."""
+    from types import SimpleNamespace
+
+    from pipeline import run
+
+    rng = np.random.default_rng(4)
+    mrr = rng.random(50)
+    evaluated = rng.random(50) > 0.2
+
+    def ev(values):
+        return SimpleNamespace(full={"mrr": values}, evaluated=evaluated, values=None)
+
+    monkeypatch.setattr(run, "_CI_MEMO", {})
+    calls = []
+    original = stats.bootstrap_ci
+    monkeypatch.setattr(stats, "bootstrap_ci", lambda *a, **kw: calls.append(kw["seed"]) or original(*a, **kw))
+    first = run.objective_ci(ev(mrr), "mrr", seed=0)
+    low, high = original(mrr[evaluated][None, :], method="BCa", n_resamples=run.CI_RESAMPLES, seed=0)
+    assert first == {"mrr_ci_low": float(low[0]), "mrr_ci_high": float(high[0])}
+    assert run.objective_ci(ev(mrr.copy()), "mrr", seed=0) == first and calls == [0]  # kept
+    run.objective_ci(ev(mrr), "mrr", seed=1)
+    changed = mrr.copy()
+    changed[np.flatnonzero(evaluated)[0]] += 0.1
+    assert run.objective_ci(ev(changed), "mrr", seed=0) != first and calls == [0, 1, 0]
