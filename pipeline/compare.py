@@ -738,7 +738,7 @@ def write_report(report: Report, out: str | Path) -> list[Path]:
         figures["main_effects.png"] = plots.main_effects_figure(d["main_effects"], "Main effects of the swept factors")
     written = []
     for name, figure in figures.items():
-        figure.savefig(out / name, dpi=100)
+        figure.savefig(out / name, dpi=100, **plots.PNG_FAST)
         written.append(out / name)
     d["files"] = sorted(p.name for p in [*written, out / "report.md", out / "report.json"])
     res.write_text(out / "report.md", format_markdown(report, list(figures)))

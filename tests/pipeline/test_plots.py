@@ -121,6 +121,16 @@ def test_sweep_summary_uses_the_index_without_a_name_column():
     assert [line.get_label() for line in fig.axes[1].lines] == ["a"]
 
 
+def test_sweep_summary_values_beside_the_bars_up_to_30_jobs():
+    def value_labels(n_jobs: int) -> list[str]:
+        table = pd.DataFrame({"ndcg_at_10": np.linspace(0.3, 0.6, n_jobs)}, index=[f"job{i}" for i in range(n_jobs)])
+        fig = plots.sweep_summary_figure(table, {}, ["ndcg_at_10"])
+        return [t.get_text() for t in fig.axes[0].texts]
+
+    assert value_labels(plots.BAR_LABELS_MAX_JOBS)[:2] == ["0.300", "0.310"]
+    assert value_labels(plots.BAR_LABELS_MAX_JOBS + 1) == []  # they would overlap: the table has them
+
+
 def test_a_redrawn_run_figure_is_byte_identical_to_a_new_one(tmp_path, monkeypatch):
     """save_run_figures redraws the last figure of the same shape with the next run's data
     (a sweep's tracking process draws a hundred runs): every PNG must be what a figure built
