@@ -38,9 +38,10 @@ if __name__ == "__main__":
     check_command_line(sys.argv[1:])
     if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
-    compose_each_job_once()  # a sweep composes each job's config once, not twice
-    cache_config_files()  # and parses each config file once
-    validate_covering_jobs()  # before any job runs, every swept value is composed once
+    if {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(sys.argv[1:]):  # (a single job composes once)
+        compose_each_job_once()  # a sweep composes each job's config once, not twice
+        cache_config_files()  # and parses each config file once
+        validate_covering_jobs()  # before any job runs, every swept value is composed once
     try:
         main()
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback

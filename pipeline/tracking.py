@@ -326,17 +326,20 @@ def log_run(
     record: RunRecord,
     parent_run_id: str | None = None,
     before_finish: Callable[[Any, str], None] | None = None,
+    exp_id: str | None = None,
 ) -> str:
     """Log one job as one MLflow run; returns its run id. Raises TrackingError.
 
     ``before_finish(client, run_id)`` runs after everything else is logged and before the run
-    is marked FINISHED: a FINISHED run is a complete one."""
+    is marked FINISHED: a FINISHED run is a complete one. ``exp_id``: the id of the record's
+    experiment when the caller has just looked it up."""
     with _errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
         mlflow_client = client(settings)
         from mlflow.entities import DatasetInput, InputTag, Metric, Param
         from mlflow.entities import Dataset as DatasetEntity
 
-        exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, settings))
+        if exp_id is None:
+            exp_id = _retrying(lambda: experiment_id(mlflow_client, record.experiment, settings))
         tags = dict(record.tags)
         if parent_run_id:
             tags[TAG_PARENT] = parent_run_id
@@ -533,7 +536,7 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: Any) ->
         def track_time(mlflow_client: Any, run_id: str) -> None:
             mlflow_client.log_metric(run_id, "time_track_s", time.perf_counter() - start)
 
-        run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time)
+        run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time, exp_id=exp_id)
         res.write_marker(results, settings.uri, run_id, exp_id)
         return run_id
 
