@@ -288,3 +288,27 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
     by_exp = _json(capsys, "mlflow-experiment:sample:params.`retriever.k1` = '1.2'", "--tracking-uri", store,
                    str(sweep / "0"), *FAST, "--out", str(tmp_path / "exp"))
     assert [s["kind"] for s in by_exp["systems"]] == ["mlflow", "job"]
+
+
+def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
+    """compare.read_per_query converts only query_id, evaluated and the metrics asked for;
+    what it returns and the errors it names are those of the whole table."""
+    from pipeline.compare import read_per_query
+    from pipeline.errors import InputError
+
+    path = tmp_path / "per_query.csv"
+    path.write_text('\ufeffquery_id,query,evaluated,ndcg_at_1,ndcg_at_10,recall_at_10\n'
+                    '007,"a, ""quoted"" query",true,1,0.5,0.25\n'
+                    'q2,plain,false,0,0,0\n'
+                    'q3,"two\nlines",True,0,0.75,1\n', encoding="utf-8")
+    assert read_per_query(path, ["ndcg_at_10", "recall_at_10"]) == {
+        "ndcg_at_10": {"007": 0.5, "q3": 0.75}, "recall_at_10": {"007": 0.25, "q3": 1.0}}
+    with pytest.raises(InputError, match=r"no column ndcg_at_50 \(it has ndcg_at_1 .. ndcg_at_10\)"):
+        read_per_query(path, ["ndcg_at_50"])
+    path.write_text("query_id,ndcg_at_10\nq1,0.5\nq2,0.25\nq1,1\n")
+    with pytest.raises(InputError) as err:
+        read_per_query(path, ["ndcg_at_10"])
+    assert str(err.value) == f"error: {path}:4: query 'q1' appears twice (first on line 2)"
+    path.write_text("query,ndcg_at_10\nq1,0.5\n")
+    with pytest.raises(InputError, match="no query_id column"):
+        read_per_query(path, ["ndcg_at_10"])
