@@ -411,15 +411,31 @@ def forest_figure(comparisons: Mapping[str, Sequence[Mapping]], baseline: str, t
     return fig
 
 
+#: At most this many systems in the per-query difference figure (its ten line colours).
+PER_QUERY_DIFF_MAX_SYSTEMS = 10
+
+
 def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: str, title: str) -> Figure:
     """Per-query differences to the baseline, sorted: one panel per metric.
 
     ``diffs[metric][system]`` holds system - baseline per query. With one system the
     differences are bars (green: better, red: worse); with several, one sorted line each.
-    Wins/ties/losses read off where the curve crosses 0."""
+    Wins/ties/losses read off where the curve crosses 0. Past
+    :data:`PER_QUERY_DIFF_MAX_SYSTEMS` systems (a sweep), the ones whose mean difference is
+    largest in magnitude on any metric are drawn, in their order, and the title says how
+    many of how many: more lines would repeat colours and bury the axes under the legend."""
     metrics = list(diffs)
     if not metrics:
         raise ValueError("per_query_diff_figure: no metrics")
+    systems = list(dict.fromkeys(system for metric in metrics for system in diffs[metric]))
+    if len(systems) > PER_QUERY_DIFF_MAX_SYSTEMS:
+        size = {system: max(abs(float(np.mean(diffs[m][system]))) for m in metrics if system in diffs[m])
+                for system in systems}
+        ranked = sorted(systems, key=lambda system: -size[system])  # stable: ties keep their order
+        shown = set(ranked[:PER_QUERY_DIFF_MAX_SYSTEMS])
+        title = (f"{title}\nthe {PER_QUERY_DIFF_MAX_SYSTEMS} of {len(systems)} systems whose mean difference is "
+                 "largest")
+        diffs = {m: {system: v for system, v in diffs[m].items() if system in shown} for m in metrics}
     fig = _figure(figsize=(min(4.6 * len(metrics), 16), 4.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(metrics), sharey=False))
     for ax, metric in zip(axes, metrics):
@@ -437,8 +453,9 @@ def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: 
         ax.set_ylabel("system - baseline")
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
+    if handles:  # a column per 2.3 inches of width: names of ~25 characters fit
+        columns = max(1, min(len(labels), 3, int(fig.get_figwidth() / 2.3)))
+        fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small")
     fig.suptitle(f"{title}\nbaseline: {_short(baseline, 60)}", fontsize="medium")
     return fig
 

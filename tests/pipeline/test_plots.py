@@ -177,3 +177,18 @@ def test_a_run_figure_has_the_pixels_of_a_full_draw(tmp_path, monkeypatch):
             ours = pixels((tmp_path / str(i) / name).read_bytes())
             assert ours.shape == pixels(full.getvalue()).shape
             np.testing.assert_array_equal(ours, pixels(full.getvalue()), err_msg=f"run {i} {name}")
+
+
+def test_per_query_differences_of_a_sweep_draw_the_ten_that_differ_most():
+    rng = np.random.default_rng(3)
+    shifts = {f"job{i}": 0.01 * i * (-1) ** i for i in range(15)}  # |mean| grows with i
+    diffs = {"ndcg_at_10": {name: shift + rng.normal(0, 0.001, 40) for name, shift in shifts.items()}}
+    fig = plots.per_query_diff_figure(diffs, "best", "differences")
+    (ax,) = fig.axes
+    drawn = [line.get_label() for line in ax.lines if line.get_label().startswith("job")]
+    assert drawn == [f"job{i}" for i in range(5, 15)]  # the ten largest, in the report's order
+    assert "the 10 of 15 systems" in fig.get_suptitle()
+    assert len(fig.legends[0].get_texts()) == 10
+    few = plots.per_query_diff_figure({"mrr": {name: diffs["ndcg_at_10"][name] for name in ("job1", "job2")}}, "b", "t")
+    assert [line.get_label() for line in few.axes[0].lines][:2] == ["job1", "job2"]
+    assert "systems" not in few.get_suptitle()
