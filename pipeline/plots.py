@@ -229,6 +229,8 @@ def pr_curve_figure(
     return fig
 
 
+#: Up to this many jobs the sweep summary puts the bars beside the curves; past it, below them.
+SIDE_BY_SIDE_MAX_JOBS = 12
 #: Up to this many jobs the sweep summary writes each bar's value beside it.
 BAR_LABELS_MAX_JOBS = 30
 #: PNG options of the summary and comparison figures: zlib level 1 writes a large figure in a
@@ -261,8 +263,14 @@ def sweep_summary_figure(
     names = [str(n) for n in (table[name_column] if name_column in table.columns else table.index)]
     n_jobs = len(names)
     lines = [name for name in curves if name in names] + [name for name in curves if name not in names]
-    fig = _figure(figsize=(15, max(4.8, 0.3 * n_jobs * max(1, len(metric_keys)) ** 0.5 + 2.5)), layout="constrained")
-    bar_ax, ndcg_ax, recall_ax = fig.subplots(1, 3, width_ratios=[1.3, 1, 1])
+    bars_height = 0.3 * n_jobs * max(1, len(metric_keys)) ** 0.5 + 1.0  # inches
+    if n_jobs <= SIDE_BY_SIDE_MAX_JOBS:
+        fig = _figure(figsize=(15, max(4.8, bars_height + 1.5)), layout="constrained")
+        bar_ax, ndcg_ax, recall_ax = fig.subplots(1, 3, width_ratios=[1.3, 1, 1])
+    else:  # the curves on top at their usual height, the bars below across the width
+        fig = _figure(figsize=(15, 4.5 + bars_height + 2.0), layout="constrained")
+        panels = fig.subplot_mosaic([["ndcg", "recall"], ["bars", "bars"]], height_ratios=[4.0, bars_height])
+        bar_ax, ndcg_ax, recall_ax = panels["bars"], panels["ndcg"], panels["recall"]
 
     positions = np.arange(n_jobs)
     height = 0.8 / len(metric_keys)
@@ -283,7 +291,7 @@ def sweep_summary_figure(
             bar_ax.bar_label(bars, fmt="%.3f", fontsize="x-small", padding=2)
     labels = [f"{name}  ≈ best" if name in tied else name for name in names]
     bar_ax.set_yticks(positions, labels=labels, fontsize="small" if n_jobs <= 20 else "x-small")
-    bar_ax.invert_yaxis()  # first job on top, like the table
+    bar_ax.set_ylim(max(n_jobs, 1) - 0.5, -0.5)  # first job on top, like the table; no margins
     bar_ax.set_xlabel("mean over queries (bars: 95% CI)" if ci else "mean over queries")
     bar_ax.set_title("Headline metrics per job")
     bar_ax.grid(True, axis="x", alpha=0.3)
@@ -291,7 +299,9 @@ def sweep_summary_figure(
     hi = float(np.nanmax(np.concatenate(high_all))) if n_jobs else 1.0
     span = max(hi - lo, 0.05)
     bar_ax.set_xlim(max(0.0, lo - 0.35 * span), hi + 0.3 * span)  # room for the value labels
-    bar_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=min(len(metric_keys), 3), fontsize="small")
+    # below the axis label, the same distance (0.5 inch) whatever the height of the panel
+    bar_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / bars_height), ncols=min(len(metric_keys), 3),
+                  fontsize="small")
 
     for ax, key in ((ndcg_ax, "ndcg"), (recall_ax, "recall")):
         k_max, ys = 1, []
@@ -309,10 +319,14 @@ def sweep_summary_figure(
             ax.set_ylim(-0.02, min(1.02, top + 0.08))
         ax.set_ylabel(CURVE_LABELS[key])
         ax.set_title(f"{CURVE_LABELS[key]} per job" + (" group" if len(lines) < n_jobs else ""))
-    if ndcg_ax.lines:  # one legend for both curve panels, below them, outside the data
+    if ndcg_ax.lines:  # one legend for both curve panels
         handles, legend_labels = ndcg_ax.get_legend_handles_labels()
-        fig.legend(handles, legend_labels, loc="outside lower right", ncols=1 if len(lines) <= 4 else 2,
-                   fontsize="x-small")
+        if n_jobs <= SIDE_BY_SIDE_MAX_JOBS:  # below them, outside the data
+            fig.legend(handles, legend_labels, loc="outside lower right", ncols=1 if len(lines) <= 4 else 2,
+                       fontsize="x-small")
+        else:  # beside the curves, not thirty inches below them
+            recall_ax.legend(handles, legend_labels, loc="lower right", ncols=1 if len(lines) <= 4 else 2,
+                             fontsize="x-small")
     fig.suptitle(title)
     return fig
 

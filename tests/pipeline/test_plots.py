@@ -125,7 +125,7 @@ def test_sweep_summary_values_beside_the_bars_up_to_30_jobs():
     def value_labels(n_jobs: int) -> list[str]:
         table = pd.DataFrame({"ndcg_at_10": np.linspace(0.3, 0.6, n_jobs)}, index=[f"job{i}" for i in range(n_jobs)])
         fig = plots.sweep_summary_figure(table, {}, ["ndcg_at_10"])
-        return [t.get_text() for t in fig.axes[0].texts]
+        return [t.get_text() for t in next(ax for ax in fig.axes if ax.patches).texts]
 
     assert value_labels(plots.BAR_LABELS_MAX_JOBS)[:2] == ["0.300", "0.310"]
     assert value_labels(plots.BAR_LABELS_MAX_JOBS + 1) == []  # they would overlap: the table has them
@@ -192,3 +192,18 @@ def test_per_query_differences_of_a_sweep_draw_the_ten_that_differ_most():
     few = plots.per_query_diff_figure({"mrr": {name: diffs["ndcg_at_10"][name] for name in ("job1", "job2")}}, "b", "t")
     assert [line.get_label() for line in few.axes[0].lines][:2] == ["job1", "job2"]
     assert "systems" not in few.get_suptitle()
+
+
+def test_a_large_sweep_summary_puts_the_curves_on_top_and_the_bars_below():
+    n = plots.SIDE_BY_SIDE_MAX_JOBS + 1
+    table = pd.DataFrame({"run_name": [f"job{i}" for i in range(n)], "ndcg_at_10": np.linspace(0.3, 0.6, n)})
+    fig = plots.sweep_summary_figure(table, {"job0 (+12 with the same ranking)": _curves()}, ["ndcg_at_10"])
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # constrained layout places the axes when drawn
+    bars = next(ax for ax in fig.axes if ax.patches)
+    ndcg, recall = (next(ax for ax in fig.axes if ax.get_ylabel() == label) for label in ("nDCG@K", "recall@K"))
+    assert bars.get_position().y1 < ndcg.get_position().y0  # below the curves
+    assert bars.get_position().width > 2 * ndcg.get_position().width  # across the figure
+    assert bars.get_ylim() == (n - 0.5, -0.5)  # first job on top, no empty margins
+    assert [t.get_text() for t in recall.get_legend().get_texts()] == ["job0 (+12 with the same ranking)"]
