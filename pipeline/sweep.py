@@ -11,7 +11,17 @@
   summary (table + figure built from the jobs' folders) is written to
   ``<sweep dir>/summary`` and logged to the parent run (``pipeline.summary``).
 
+- A sweep that stops early (Ctrl-C, SIGTERM, or an error Hydra reports, such as a job whose
+  config cannot be composed) still lets its finished jobs reach the store and closes its
+  parent run (KILLED or FAILED): ``on_interrupt``, ``on_sweep_error``.
+
 Works with any launcher (basic, joblib, submitit) and sweeper (basic, Optuna).
+
+How Hydra composes a sweep's jobs is changed for ``python -m pipeline -m``
+(``pipeline/__main__.py``): the basic sweeper's validation composes only the jobs that cover
+every swept value (:func:`validate_covering_jobs`), the launcher takes the compositions it
+made (:func:`compose_each_job_once`), and config files are parsed once per process
+(:func:`cache_config_files`).
 """
 
 from __future__ import annotations
@@ -64,24 +74,47 @@ def on_interrupt(signum: int) -> int:
     if not _ACTIVE:
         print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return code
+    print(f"interrupted ({signal.Signals(signum).name}): {_end_active('KILLED')}", file=sys.stderr)
+    return code
+
+
+def sweep_active() -> bool:
+    """A sweep of this process started and has not reached its end (``on_multirun_end``)."""
+    return bool(_ACTIVE)
+
+
+def on_sweep_error() -> None:
+    """After an error that stops a sweep before its end (Hydra reports it and exits 1: a job
+    whose config cannot be composed, a launcher failure): as :func:`on_interrupt`, the
+    finished jobs reach the store and the parent run is closed, as FAILED. Without this the
+    tracking process lost the queued jobs when the launching process exited."""
+    if _ACTIVE:
+        print(f"the sweep stopped on that error: {_end_active('FAILED')}", file=sys.stderr)
+
+
+def _end_active(status: str) -> str:
+    """Let the finished jobs of the active sweep reach the store (bounded by
+    ``PIPELINE_INTERRUPT_WAIT_S``), close its parent run with ``status``, and say in a line
+    what is logged and what is not."""
     sweep_dir: Path = _ACTIVE["sweep_dir"]
     settings: tracking.StoreSettings | None = _ACTIVE.get("settings")
+    objective = str(_ACTIVE["objective"])
+    _ACTIVE.clear()  # once
     if settings is not None:
-        request = {"op": "sweep_end", "sweep_dir": str(sweep_dir.resolve()), "objective": _ACTIVE["objective"],
-                   "tracking": settings.as_dict(), "status": "KILLED"}
+        request = {"op": "sweep_end", "sweep_dir": str(sweep_dir.resolve()), "objective": objective,
+                   "tracking": settings.as_dict(), "status": status}
         try:
             tracking.tracker(settings).call(request, timeout=INTERRUPT_WAIT_S)
         except tracking.TrackingError as err:
             log.warning("%s", err)
     done = res.find_results([sweep_dir])
     missing = [r.parent.name for r in done if settings is not None and res.read_marker(r) is None]
-    what = (f"{len(done)} finished job(s) logged to MLflow, the sweep's parent run closed as KILLED"
+    what = (f"{len(done)} finished job(s) logged to MLflow, the sweep's parent run closed as {status}"
             if settings is not None and not missing else f"{len(done)} finished job(s) on disk")
     if missing:
         what += (f"; not in MLflow yet: job(s) {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}: "
                  f"python -m pipeline.sync {sweep_dir}")
-    print(f"interrupted ({signal.Signals(signum).name}): {what}", file=sys.stderr)
-    return code
+    return what
 
 
 class SweepCallback(Callback):
@@ -187,9 +220,9 @@ def _jobs_in_this_process(config: DictConfig) -> bool:
 def compose_each_job_once() -> None:
     """Compose each sweep job's config once instead of twice.
 
-    Hydra's sweepers (basic, Optuna) first compose every job of a batch to reject a bad one
-    before any job runs (``Sweeper.validate_batch_is_legal``); the basic launcher then composes
-    each job again to run it. A composition costs about 0.2 s of the launching process, so a
+    Hydra's basic sweeper first composes jobs of a batch to reject a bad one before any job
+    runs (``Sweeper.validate_batch_is_legal``); the basic launcher then composes each job
+    again to run it. A composition costs about 0.2 s of the launching process, so a
     100-job sweep spent 20 s composing configs it had already composed. This keeps the
     validation (a bad job still fails the sweep before any job starts) and hands its result to
     the launcher: ``load_sweep_config`` remembers what it composed for (master config,
@@ -235,11 +268,12 @@ def covering_jobs(batch: Sequence[Sequence[str]]) -> list[Sequence[str]]:
 def validate_covering_jobs() -> None:
     """Before a batch runs, compose the jobs that cover every swept value, not every job.
 
-    Hydra's sweepers compose every job of a batch before the first one starts, to fail early;
+    Hydra's basic sweeper composes every job of a batch before the first one starts, to fail early;
     at 0.14 s a composition a 100-job sweep waited 14 s for that while the tracking process
     idled. Composing the jobs of :func:`covering_jobs` still stops the sweep before any job
     runs for any value that cannot be composed. What it cannot see is a combination of
-    values that compose one by one but not together: that job fails when it is launched."""
+    values that compose one by one but not together: that job fails when it is launched,
+    which stops the sweep there (:func:`on_sweep_error` logs the jobs before it)."""
     from hydra.plugins.sweeper import Sweeper
 
     original = Sweeper.validate_batch_is_legal

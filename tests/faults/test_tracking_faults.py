@@ -97,6 +97,50 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, signum,
     assert 3 <= n < 12 and f"{n} finished job(s) logged to MLflow" in line
 
 
+#: ``python -m pipeline`` whose launcher cannot compose one job of the sweep: what a combination
+#: of values that compose one by one but not together does (validation composes the jobs that
+#: cover every value, pipeline.sweep.validate_covering_jobs, so it meets it at launch).
+_UNCOMPOSABLE = textwrap.dedent(
+    """
+    import runpy, sys
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.errors import ConfigCompositionException
+
+    original = ConfigLoaderImpl.load_sweep_config
+
+    def load_sweep_config(self, master, overrides):
+        if "k=5" in overrides and "reorder=reverse" in overrides:
+            raise ConfigCompositionException("k=5 with reorder=reverse cannot be composed")
+        return original(self, master, overrides)
+
+    ConfigLoaderImpl.load_sweep_config = load_sweep_config
+    sys.argv = ["pipeline", *sys.argv[1:]]
+    runpy.run_module("pipeline", run_name="__main__")
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_path):
+    """Hydra reports the error and exits 1; the jobs that finished before it still reach the
+    store (the tracking process lost them when the launching process exited) and the
+    parent run is closed as FAILED, with one line that says so."""
+    store = _migrated(tmp_path)
+    script = tmp_path / "uncomposable.py"
+    script.write_text(_UNCOMPOSABLE)
+    sweep = tmp_path / "s" / "sweep"
+    proc = subprocess.run(
+        [sys.executable, str(script), "-m", "reorder=none,reverse", "k=3,5", f"paths.root={tmp_path / 's'}",
+         f"tracking.uri={store}", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, env={**_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "k=5 with reorder=reverse cannot be composed" in proc.stderr and "Traceback" not in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("the sweep stopped")]
+    assert line == ("the sweep stopped on that error: 3 finished job(s) logged to MLflow, "
+                    "the sweep's parent run closed as FAILED")
+    assert _assert_each_finished_job_once(sweep, store, "FAILED") == 3
+
+
 @pytest.mark.slow
 def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path):
     store = _migrated(tmp_path)
