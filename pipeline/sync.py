@@ -100,7 +100,7 @@ def serve() -> None:
     # Ctrl-C reaches the whole process group: the job handles it and lets this process
     # finish logging what was queued (bounded by the job's wait), so ignore it here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    answers = os.fdopen(os.dup(1), "w")
+    answers: Any = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     tracking.warm()  # ~4 s of imports, before the first request arrives
 
@@ -112,8 +112,17 @@ def serve() -> None:
         except Exception as exc:
             text = str(exc) if isinstance(exc, (tracking.TrackingError, InputError)) else f"{type(exc).__name__}: {exc}"
             answer = {"ok": False, "error": text}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
+        if answers is None:
+            continue
+        try:
+            answers.write(json.dumps(answer) + "\n")
+            answers.flush()
+        except OSError:  # the job is gone (a closed pipe): log what it queued, answer no more
+            try:
+                answers.close()
+            except OSError:
+                pass
+            answers = None
 
 
 def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, list[str]]:

@@ -158,3 +158,28 @@ def test_a_corrupt_record_is_reported_not_logged(tmp_path):
 def test_sync_of_a_missing_folder_fails_in_one_line(tmp_path):
     done = sync(str(tmp_path / "nowhere"))
     assert done.returncode == 2 and done.stderr.strip() == f"error: {tmp_path / 'nowhere'}: no such folder"
+
+
+@pytest.mark.slow
+def test_the_tracking_process_logs_what_was_queued_after_the_job_is_gone(tmp_path, store):
+    """A job that exits without reading the answers (it crashed, or was killed alone) leaves
+    the tracking process a closed pipe: it logs every request already queued all the same."""
+    for name in ("a", "b"):
+        proc = subprocess.run(pipeline_cmd("tracking=none", f"paths.root={tmp_path / name}"), cwd=ROOT,
+                              env=_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    folders = [res.find_results([tmp_path / name])[0] for name in ("a", "b")]
+    settings = tracking.StoreSettings(uri=store, artifact_root=str(tmp_path / "artifacts"))
+    server = subprocess.Popen([sys.executable, "-m", "pipeline.sync", "--stdin"], cwd=ROOT, env=_env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server.stdout.close()  # the job is gone before the first answer
+    requests = "".join(json.dumps({"op": "log", "results": str(f), "tracking": settings.as_dict()}) + "\n"
+                       for f in folders)
+    server.stdin.write(requests.encode())
+    server.stdin.close()
+    assert server.wait(timeout=300) == 0, server.stderr.read().decode()[-3000:]
+    runs = _runs(store)
+    assert sorted(r.data.tags[tracking.TAG_JOB_KEY] for r in runs) == sorted(
+        res.read_record(f)["job_key"] for f in folders)
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert all(res.read_marker(f)["run_id"] in {r.info.run_id for r in runs} for f in folders)
