@@ -249,14 +249,18 @@ def sweep_summary_figure(
 ) -> Figure:
     """Compare the jobs of a sweep: headline metrics per job, nDCG and recall vs K.
 
-    Left: horizontal bars of each metric in ``metric_keys`` (columns of ``table``, one row
-    per job, named by ``name_column`` or, if absent, the index), with the 95% CI as error
-    bars where ``ci[key] = (low, high)`` gives it (in table order), and each bar's value beside
-    it up to :data:`BAR_LABELS_MAX_JOBS` jobs; jobs named in ``tied`` (statistically tied
-    with the best) are marked "≈ best". Middle and right: nDCG@K and
-    recall@K, one line per entry of ``curves`` that names a job or a group of jobs with
-    identical rankings (the caller groups them: identical rankings have identical curves).
-    Legends sit outside the data; the y-range fits the values.
+    The bars: each metric in ``metric_keys`` (columns of ``table``, one row per job, named
+    by ``name_column`` or, if absent, the index), with the 95% CI as error bars where
+    ``ci[key] = (low, high)`` gives it (in table order), and each bar's value beside it up to
+    :data:`BAR_LABELS_MAX_JOBS` jobs; jobs named in ``tied`` (statistically tied with the
+    best) are marked "≈ best". The curves: nDCG@K and recall@K, one line per entry of
+    ``curves`` that names a job or a group of jobs with identical rankings (the caller groups
+    them: identical rankings have identical curves); the y-range fits the values.
+
+    Up to :data:`SIDE_BY_SIDE_MAX_JOBS` jobs the bars are on the left and the curves in the
+    middle and on the right, the legends below, outside the data. Past that the curves are on
+    top at their usual height, with their legend in the recall panel, and the bars below
+    across the width.
     """
     if not metric_keys:
         raise ValueError("sweep_summary_figure: metric_keys is empty")
