@@ -13,7 +13,7 @@ import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline.errors import InputError
 from pipeline.run import run_job
 from pipeline.sweep import (Interrupted, cache_config_files, compose_each_job_once, on_interrupt, on_sweep_error,
-                            sweep_active, validate_covering_jobs)
+                            validate_covering_jobs)
 from pipeline import console, tracking
 
 
@@ -48,6 +48,6 @@ if __name__ == "__main__":
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback
         sys.exit(on_interrupt(getattr(stop, "signum", signal.SIGINT)))
     except SystemExit as stop:  # Hydra reported an error that stopped a sweep before its end
-        if stop.code not in (0, None) and sweep_active():
-            on_sweep_error()
+        if stop.code not in (0, None):
+            on_sweep_error()  # (nothing when no sweep of this process is running)
         raise

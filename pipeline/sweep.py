@@ -78,11 +78,6 @@ def on_interrupt(signum: int) -> int:
     return code
 
 
-def sweep_active() -> bool:
-    """A sweep of this process started and has not reached its end (``on_multirun_end``)."""
-    return bool(_ACTIVE)
-
-
 def on_sweep_error() -> None:
     """After an error that stops a sweep before its end (Hydra reports it and exits 1: a job
     whose config cannot be composed, a launcher failure): as :func:`on_interrupt`, the

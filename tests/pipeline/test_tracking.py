@@ -88,3 +88,29 @@ def test_the_per_query_table_is_logged_as_mlflow_log_table_logs_it(tmp_path, sto
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # load_table searches through mlflow.search_runs
     loaded = client.load_table(exp, tracking.TABLE_FILE, run_ids=[ours])  # finds the run by the tag
     assert loaded["query_id"].tolist() == ["q1", "q2", "q3"] and loaded["ndcg_at_10"].tolist() == [0.5, 1.0, 0.0]
+
+
+def test_a_sweeps_table_is_logged_as_mlflow_log_table_logs_it_into_a_folder(tmp_path, store, monkeypatch):
+    """The parent run's summary/sweep_table.json through tracking._log_table and the tag
+    finish_sweep sets: the file and the tag MlflowClient.log_table writes, found by load_table."""
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from pipeline import tracking
+
+    table = pd.DataFrame({"run_name": ["k3 bm25", "k5 bm25"], "ndcg_at_10": [0.5772, 0.5772]})
+    client = MlflowClient(tracking_uri=store)
+    exp = client.create_experiment("sweeps", artifact_location=(tmp_path / "artifacts").as_uri())
+    theirs = client.create_run(exp).info.run_id
+    client.log_table(theirs, data=table.copy(), artifact_file=tracking.SWEEP_TABLE_FILE)
+    ours = client.create_run(exp, tags={tracking.TAG_LOGGED_ARTIFACTS: tracking._table_tag(
+        tracking.SWEEP_TABLE_FILE)}).info.run_id
+    tracking._log_table(client, ours, table, tracking.SWEEP_TABLE_FILE)
+    files = [Path(client.download_artifacts(run, tracking.SWEEP_TABLE_FILE, str(tmp_path / run))).read_bytes()
+             for run in (theirs, ours)]
+    assert files[0] == files[1]
+    assert [client.get_run(r).data.tags[tracking.TAG_LOGGED_ARTIFACTS] for r in (theirs, ours)] == [
+        tracking._table_tag(tracking.SWEEP_TABLE_FILE)] * 2
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    loaded = client.load_table(exp, tracking.SWEEP_TABLE_FILE, run_ids=[ours])
+    assert loaded["run_name"].tolist() == ["k3 bm25", "k5 bm25"]
