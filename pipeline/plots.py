@@ -325,12 +325,9 @@ def sweep_summary_figure(
         ax.set_title(f"{CURVE_LABELS[key]} per job" + (" group" if len(lines) < n_jobs else ""))
     if ndcg_ax.lines:  # one legend for both curve panels
         handles, legend_labels = ndcg_ax.get_legend_handles_labels()
-        if n_jobs <= SIDE_BY_SIDE_MAX_JOBS:  # below them, outside the data
-            fig.legend(handles, legend_labels, loc="outside lower right", ncols=1 if len(lines) <= 4 else 2,
-                       fontsize="x-small")
-        else:  # beside the curves, not thirty inches below them
-            recall_ax.legend(handles, legend_labels, loc="lower right", ncols=1 if len(lines) <= 4 else 2,
-                             fontsize="x-small")
+        # side by side: below them, outside the data; stacked: beside them, not thirty inches below
+        owner, loc = (fig, "outside lower right") if n_jobs <= SIDE_BY_SIDE_MAX_JOBS else (recall_ax, "lower right")
+        owner.legend(handles, legend_labels, loc=loc, ncols=1 if len(lines) <= 4 else 2, fontsize="x-small")
     fig.suptitle(title)
     return fig
 

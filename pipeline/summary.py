@@ -132,8 +132,9 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
         ci = ({objective: (table[ci_cols[0]].to_numpy(), table[ci_cols[1]].to_numpy())}
               if all(c in table.columns for c in ci_cols) else None)
         tied = table.loc[table.get("tied_with_best", pd.Series(False, index=table.index)).astype(bool), "run_name"]
-        plots.sweep_summary_figure(table, curves, headline, ci=ci, tied=list(tied),
-                                   title=f"Sweep summary ({len(table)} jobs)").savefig(out / "sweep_summary.png", dpi=80, **plots.PNG_FAST)
+        figure = plots.sweep_summary_figure(table, curves, headline, ci=ci, tied=list(tied),
+                                            title=f"Sweep summary ({len(table)} jobs)")
+        figure.savefig(out / "sweep_summary.png", dpi=80, **plots.PNG_FAST)
     info = tracking.read_sweep_file(sweep_dir)
     shown = [c for c in ("run_name", "status", objective, *ci_cols, "tied_with_best", "ndcg_at_k",
                          "context_utility_at_k", "mrr", "map") if c in table.columns]
