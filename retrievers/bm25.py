@@ -65,7 +65,28 @@ _STOP = -1  # token id of a stop word
 _UNKNOWN = -2  # token id of a query term that is not in the corpus
 _MAX_DENSE_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
 _INDEX_BATCH = 20_000  # documents tokenized at once by index()
-_WEIGHT_BATCH = 1 << 22  # postings weighted at once (float64 temporaries of 32 MiB)
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free memory back to the system (glibc ``malloc_trim``; elsewhere a no-op).
+
+    Freed Python objects and numpy arrays below glibc's (dynamic, up to 32 MiB) mmap threshold
+    leave holes in the heap that the process keeps: after indexing 1M documents that is
+    ~390 MiB of the 1.45 GiB resident, free but still counted (measured with
+    ``benchmarks/scale.py``). The call takes milliseconds."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            import ctypes
+
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
 
 # --------------------------------------------------------------------------- variants
 
@@ -239,8 +260,7 @@ class BM25Retriever:
         if stopwords is not None and not isinstance(stopwords, str):
             stopwords = [str(w) for w in stopwords]  # e.g. an OmegaConf ListConfig
         self.analyzer = Analyzer(stopwords, stemmer)
-        self._vocab: dict[str, int] = {}
-        self._token_ids: dict[str, int] = {}  # raw token -> term id (or _STOP), from the corpus
+        self._vocab: dict[str, int] = {}  # term (stem) -> term id
         self._weights: sp.csr_matrix | None = None  # [n_terms, n_docs] float32
         self._absent: NDArray[np.float32] | None = None  # per-term weight at tf = 0 (BM25L/+)
         self._presence: sp.csr_matrix | None = None  # [n_terms, n_docs], only if some weight is 0
@@ -265,12 +285,16 @@ class BM25Retriever:
         """Tokenize the corpus and compute every (term, document) weight.
 
         Memory stays near the size of the index, not of the token stream: documents are
-        tokenized ``_INDEX_BATCH`` at a time, and each batch's tokens become integer
-        (document, term, count) postings at once (term ids provisional, in order of first
-        appearance), so no more than one batch's tokens exist as Python strings. At the end
-        the term ids are renumbered in the order of the sorted token list (a term's id is
-        the rank of its smallest token), which is what they have always been: the index does
-        not depend on the batch size or on string hashing."""
+        tokenized ``_INDEX_BATCH`` at a time, and each batch's tokens become compact integer
+        postings at once (a provisional term id, 4 bytes, and a term count, 2 bytes, per
+        posting; a posting count per document), so no more than one batch's tokens exist as
+        Python strings. At the end the term ids are renumbered in the order of the sorted
+        token list (a term's id is the rank of its smallest token), which is what they have
+        always been: the index does not depend on the batch size or on string hashing. The
+        weights are then written batch by batch straight into their places in the CSR
+        arrays (rows sized from the document frequencies), each batch's postings freed as
+        they are placed: no COO copy and no second CSR exist, so the build peaks at about
+        14 bytes a posting plus the vocabulary."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
         n_docs = len(doc_texts)
@@ -278,7 +302,9 @@ class BM25Retriever:
         token_term = np.zeros(0, np.int64)  # provisional token id -> provisional term id, or _STOP
         term_ids: dict[str, int] = {}  # term (stem) -> provisional term id (first appearance)
         doc_len = np.zeros(n_docs, np.float64)
-        parts: list[tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]] = []  # (term, doc, tf)
+        # per batch: (provisional term of each posting, postings of each document, tf of each
+        # posting), sorted by document, then provisional term
+        parts: list[tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.integer]]] = []
         for start in range(0, n_docs, _INDEX_BATCH):
             split = self.analyzer.split(doc_texts[start : start + _INDEX_BATCH])
             new = set(chain.from_iterable(split)).difference(token_ids)
@@ -301,72 +327,82 @@ class BM25Retriever:
             # one posting per (document, term): sorted by document, then term
             width = max(len(term_ids), 1)
             keys, counts = np.unique(docs * width + term, return_counts=True)
-            parts.append(((keys % width).astype(np.int32), (keys // width + start).astype(np.int32),
-                          counts.astype(np.int32)))
+            tf_type = np.uint16 if counts.max(initial=0) <= np.iinfo(np.uint16).max else np.int32
+            parts.append(((keys % width).astype(np.int32),
+                          np.bincount(keys // width, minlength=len(lengths)).astype(np.int32),
+                          counts.astype(tf_type)))
+            del term, docs, keep, keys, counts, flat
         # Final term ids: walk the tokens in sorted order, numbering terms as they first occur.
         tokens = list(token_ids)
+        del token_ids
         vocab: dict[str, int] = {}
         final_ids = [-1] * len(term_ids)  # provisional term id -> final term id
         term_names = list(term_ids)
+        del term_ids
         prov_of = token_term.tolist()
         for i in sorted(range(len(tokens)), key=tokens.__getitem__):
             prov = prov_of[i]
             if prov != _STOP and final_ids[prov] < 0:
                 final_ids[prov] = vocab[term_names[prov]] = len(vocab)
-        final = np.asarray(final_ids, np.int64)
-        final_of = np.where(token_term == _STOP, _STOP, final[token_term]).tolist()
-        self._token_ids = dict(zip(tokens, final_of))
-        del tokens, token_ids, term_ids, term_names
+        del tokens, term_names, prov_of, token_term
+        final = np.asarray(final_ids, np.int32)
+        del final_ids
+        release_free_memory()  # the token strings' and dicts' memory, before the CSR arrays are made
         n_terms = len(vocab)
-        # The postings in one set of arrays, each batch's freed as it is copied (the peak stays
-        # near one copy), provisional term ids replaced by the final ones.
-        n_postings = sum(len(p[0]) for p in parts)
-        term_flat, docs_flat, tf_flat = (np.empty(n_postings, np.int32) for _ in range(3))
-        final32, offset = final.astype(np.int32), 0
-        for i in range(len(parts)):
-            terms_i, docs_i, tf_i = parts[i]
-            parts[i] = None  # type: ignore[call-overload]
-            term_flat[offset : offset + len(terms_i)] = final32[terms_i]
-            docs_flat[offset : offset + len(terms_i)] = docs_i
-            tf_flat[offset : offset + len(terms_i)] = tf_i
-            offset += len(terms_i)
-            del terms_i, docs_i, tf_i
-        del parts, final, final32
-        # Postings come in document order, so the counting sort by term leaves every row's
-        # documents ascending and distinct: already canonical, nothing to sort or sum.
-        tf = sp.csr_matrix((tf_flat, (term_flat, docs_flat)), shape=(n_terms, n_docs))
-        del term_flat, docs_flat, tf_flat
+        df = np.zeros(n_terms, np.int64)
+        for terms_i, _, _ in parts:
+            df += np.bincount(final[terms_i], minlength=n_terms)
+        nnz = int(df.sum())
+        index_type = np.int32 if nnz <= np.iinfo(np.int32).max else np.int64  # scipy's own choice
+        indptr = np.zeros(n_terms + 1, index_type)
+        np.cumsum(df, out=indptr[1:])
+        fill = indptr[:-1].astype(np.int64)  # next free slot of each row
+        indices = np.empty(nnz, index_type)
+        weights = np.empty(nnz, np.float32)
         avg_len = float(doc_len.mean()) if n_docs and doc_len.sum() > 0 else 1.0
-        df = np.diff(tf.indptr).astype(np.float64)
         idf_fn, tfc_fn = VARIANTS[self.method]
         with np.errstate(divide="ignore"):
-            idf = idf_fn(df, n_docs) if n_terms else np.zeros(0)
+            idf = idf_fn(df.astype(np.float64), n_docs) if n_terms else np.zeros(0)
+        del df
         len_norm = 1.0 - self.b + self.b * doc_len / avg_len
-        term_of_entry = np.repeat(np.arange(n_terms, dtype=np.int32), np.diff(tf.indptr))
         absent = idf * tfc_fn(0.0, 1.0, self.k1, self.delta) if self.method in WITH_DELTA else None
-        weights = np.empty(tf.nnz, np.float32)
-        for s in range(0, tf.nnz, _WEIGHT_BATCH):  # float64 arithmetic, a slice at a time
-            rows = term_of_entry[s : s + _WEIGHT_BATCH]
-            w = idf[rows] * tfc_fn(tf.data[s : s + _WEIGHT_BATCH].astype(np.float64),
-                                   len_norm[tf.indices[s : s + _WEIGHT_BATCH]], self.k1, self.delta)
+        doc_start = 0
+        for i in range(len(parts)):
+            terms_i, per_doc, tf_i = parts[i]
+            parts[i] = None  # type: ignore[call-overload]
+            term = final[terms_i]
+            docs = np.repeat(np.arange(doc_start, doc_start + len(per_doc), dtype=index_type), per_doc)
+            doc_start += len(per_doc)
+            w = idf[term] * tfc_fn(tf_i.astype(np.float64), len_norm[docs], self.k1, self.delta)  # float64
             if absent is not None:
-                w = w - absent[rows]
-            weights[s : s + _WEIGHT_BATCH] = w
-        del term_of_entry
+                w = w - absent[term]
+            # Within a row, this batch's documents go after the earlier batches' (fill), in
+            # document order (a stable sort by term keeps it): every row ends up ascending.
+            order = np.argsort(term, kind="stable")
+            term = term[order]
+            run = np.flatnonzero(np.diff(term, prepend=-1))  # where each term's run starts
+            run_len = np.diff(run, append=len(term))
+            pos = fill[term] + (np.arange(len(term)) - np.repeat(run, run_len))
+            indices[pos] = docs[order]
+            weights[pos] = w[order]
+            fill[term[run]] += run_len
+            del terms_i, per_doc, tf_i, term, docs, w, order, run, run_len, pos
+        del parts, final, fill
         self._absent = None if absent is None else absent.astype(np.float32)
-        self._weights = sp.csr_matrix((weights, tf.indices, tf.indptr), shape=(n_terms, n_docs))
+        self._weights = sp.csr_matrix((weights, indices, indptr), shape=(n_terms, n_docs))
         # Sparse products drop exact zeros; keep an explicit term-presence matrix only when a
         # matching document can have weight 0, so that it still counts as a hit.
-        if (self._weights.data == 0).any():
+        if (weights == 0).any():
             self._presence = sp.csr_matrix(
-                (np.ones(tf.nnz, np.float32), tf.indices, tf.indptr), shape=(n_terms, n_docs)
+                (np.ones(nnz, np.float32), indices, indptr), shape=(n_terms, n_docs)
             )
         else:
             self._presence = None
         self._vocab, self.n_docs = vocab, n_docs
+        release_free_memory()
         log.info(
             "BM25 (%s, k1=%g, b=%g) indexed %d documents, %d terms, %d postings",
-            self.method, self.k1, self.b, n_docs, n_terms, tf.nnz,
+            self.method, self.k1, self.b, n_docs, n_terms, nnz,
         )
 
     def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
@@ -391,11 +427,8 @@ class BM25Retriever:
         self._check_indexed()
         split = self.analyzer.split(query_texts)
         unique = sorted(set(chain.from_iterable(split)))
-        known = self._token_ids
-        new = [t for t in unique if t not in known]
-        ids = {t: known[t] for t in unique if t in known}  # this batch's map; the index's is not grown
-        for token, term in self.analyzer.terms_of(new).items():
-            ids[token] = _STOP if term is None else self._vocab.get(term, _UNKNOWN)
+        ids = {token: _STOP if term is None else self._vocab.get(term, _UNKNOWN)
+               for token, term in self.analyzer.terms_of(unique).items()}
         lengths = np.fromiter(map(len, split), np.int64, count=len(split))
         flat = np.fromiter(map(ids.__getitem__, chain.from_iterable(split)), np.int64, count=int(lengths.sum()))
         rows = np.repeat(np.arange(len(split), dtype=np.int64), lengths)
