@@ -64,6 +64,7 @@ _FAST_PATTERN = r"\w\w+"
 _STOP = -1  # token id of a stop word
 _UNKNOWN = -2  # token id of a query term that is not in the corpus
 _MAX_DENSE_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
+_SPARSE_TOP_MIN_DOCS = 4_000  # from this corpus size on, each query's hits are ranked alone (faster from ~3k)
 _INDEX_BATCH = 20_000  # documents tokenized at once by index()
 
 
@@ -415,6 +416,8 @@ class BM25Retriever:
         if n_q == 0 or self.n_docs == 0:
             return top_k(np.zeros((n_q, 0), np.float32), depth)
         chunk = max(1, _MAX_DENSE_CELLS // self.n_docs)
+        if self.n_docs >= _SPARSE_TOP_MIN_DOCS:
+            return self._search_sparse(q, depth, chunk)
         parts = [self._search_chunk(q[s : s + chunk], depth) for s in range(0, n_q, chunk)]
         return Ranking(
             np.concatenate([p.doc_idx for p in parts]), np.concatenate([p.scores for p in parts])
@@ -474,6 +477,55 @@ class BM25Retriever:
         ranking.scores[empty] = -np.inf
         return ranking
 
+    def _search_sparse(self, q: sp.csr_matrix, depth: int, chunk: int) -> Ranking:
+        """The ranking of ``_search_chunk`` (same scores, same order), built from each query's
+        hits alone: an ``argpartition`` over the documents that match, not a dense row over
+        the whole corpus. On a large corpus, where most queries match a small part of it,
+        this is several times faster and needs no [queries, documents] matrix (measured in
+        ``benchmarks/scale.py``); on a small one the dense path's few big numpy calls win."""
+        n_q = q.shape[0]
+        out = Ranking.empty(n_q, depth)
+        if depth == 0:
+            return out
+        for s in range(0, n_q, chunk):
+            qc = q[s : s + chunk]
+            product = (qc @ self._weights).tocsr()
+            values = product.data
+            if self._absent is not None:  # BM25L/BM25+: the per-query constant of absent terms
+                rows = np.repeat(np.arange(qc.shape[0]), np.diff(product.indptr))
+                values = values + np.asarray(qc @ self._absent, dtype=np.float32)[rows]
+            match = None
+            if self._presence is not None:  # matching documents whose score is 0 (see _search_chunk)
+                match = ((qc > 0).astype(np.float32) @ self._presence).tocsr()
+            for r in range(qc.shape[0]):
+                lo, hi = product.indptr[r], product.indptr[r + 1]
+                idx, val = product.indices[lo:hi], values[lo:hi]
+                if match is not None and match.indptr[r + 1] - match.indptr[r] > hi - lo:
+                    every = np.sort(match.indices[match.indptr[r] : match.indptr[r + 1]])
+                    full = np.zeros(len(every), np.float32)
+                    full[np.searchsorted(every, idx)] = val
+                    idx, val = every, full
+                doc, score = _rank_hits(idx, val, depth)
+                out.doc_idx[s + r, : len(doc)] = doc
+                out.scores[s + r, : len(doc)] = score
+        return out
+
     def _check_indexed(self) -> None:
         if self._weights is None:
             raise RuntimeError("call index() before search()")
+
+
+def _rank_hits(idx: NDArray[np.integer], val: NDArray[np.float32], depth: int) -> tuple[NDArray, NDArray]:
+    """The best ``depth`` of one query's hits, score desc then document index asc (``top_k``'s
+    order): ``argpartition`` picks them; documents tied at the cut-off score are chosen by
+    index, so the result does not depend on which of them ``argpartition`` kept."""
+    if len(idx) > depth:
+        part = np.argpartition(-val, depth - 1)[:depth]
+        kth = val[part].min()
+        if np.count_nonzero(val == kth) > np.count_nonzero(val[part] == kth):
+            above = np.flatnonzero(val > kth)
+            tied = np.flatnonzero(val == kth)
+            part = np.concatenate([above, tied[np.argsort(idx[tied], kind="stable")[: depth - len(above)]]])
+        idx, val = idx[part], val[part]
+    order = np.lexsort((idx, -val))
+    return idx[order], val[order]

@@ -53,6 +53,16 @@ def corpus() -> list[str]:
     return make_corpus()
 
 
+@pytest.fixture(params=["dense", "sparse"])
+def ranking_path(request, monkeypatch) -> str:
+    """search() ranks a small corpus through one dense [queries, documents] matrix and a large
+    one query by query over its hits (``_SPARSE_TOP_MIN_DOCS``): both must give the same ranking."""
+    import retrievers.bm25 as bm25
+
+    monkeypatch.setattr(bm25, "_SPARSE_TOP_MIN_DOCS", 10**9 if request.param == "dense" else 0)
+    return request.param
+
+
 def bm25s_tokens(texts: list[str]) -> list[list[str]]:
     import bm25s
     import Stemmer
@@ -143,7 +153,7 @@ def brute_force(ours: BM25Retriever, corpus: list[str], queries: list[str], dept
 
 @pytest.mark.parametrize("method", sorted(VARIANTS))
 @pytest.mark.parametrize("depth", [1, 10, 400])
-def test_search_is_score_desc_index_asc_over_matching_documents(corpus, method, depth):
+def test_search_is_score_desc_index_asc_over_matching_documents(corpus, method, depth, ranking_path):
     ours = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
     ours.index([str(i) for i in range(len(corpus))], corpus)
     got = ours.search([str(i) for i in range(len(QUERIES))], QUERIES, depth)
@@ -155,7 +165,7 @@ def test_search_is_score_desc_index_asc_over_matching_documents(corpus, method, 
     assert (got.doc_idx[4:7] == -1).all() and np.isneginf(got.scores[4:7]).all()
 
 
-def test_duplicate_documents_tie_lower_index_first(corpus):
+def test_duplicate_documents_tie_lower_index_first(corpus, ranking_path):
     ours = BM25Retriever()
     ours.index([str(i) for i in range(len(corpus))], corpus)
     ranking = ours.search(["q"], [corpus[4]], 3)  # documents 4 and 5 are identical
@@ -163,7 +173,7 @@ def test_duplicate_documents_tie_lower_index_first(corpus):
     assert ranking.doc_idx[0, :2].tolist() == [4, 5]
 
 
-def test_hit_rule_on_a_tiny_corpus():
+def test_hit_rule_on_a_tiny_corpus(ranking_path):
     docs = ["alpha beta", "alpha gamma", "alpha delta", "epsilon"]
     ours = BM25Retriever(method="robertson", stopwords=None, stemmer=None)
     ours.index(["a", "b", "c", "d"], docs)
@@ -181,7 +191,7 @@ def test_hit_rule_on_a_tiny_corpus():
     assert ranking.scores[2, :2] == pytest.approx([idf * tf_part(1), idf * tf_part(2)], rel=1e-6)
 
 
-def test_bm25plus_returns_only_matching_documents():
+def test_bm25plus_returns_only_matching_documents(ranking_path):
     docs = ["alpha beta", "gamma", "delta"]
     ours = BM25Retriever(method="bm25+", stopwords=None, stemmer=None, delta=1.0)
     ours.index(["a", "b", "c"], docs)
@@ -192,7 +202,7 @@ def test_bm25plus_returns_only_matching_documents():
     assert ranking.scores[0, 0] == pytest.approx(full[0, 0])
 
 
-def test_stopwords_list_and_no_stemmer():
+def test_stopwords_list_and_no_stemmer(ranking_path):
     docs = ["cats and dogs", "cat", "dogs"]
     ours = BM25Retriever(stopwords=["dogs"], stemmer=None)
     ours.index(["a", "b", "c"], docs)
