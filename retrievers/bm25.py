@@ -3,8 +3,11 @@
 All BM25 work is paid at index time: the weight of every (term, document) pair is computed
 once into a sparse matrix ``W`` [n_terms, n_docs]; a batch of queries is then one sparse
 product ``Q @ W`` (``Q`` holds query term counts, so a term repeated in a query counts
-twice, as in bm25s and rank_bm25), and the top of each row is ``base.top_k``
-(``argpartition``, then a sort of ``depth`` items; score desc, then document index asc).
+twice, as in bm25s and rank_bm25), and the top of each row is kept: score desc, then
+document index asc. From a few thousand documents on (``_SPARSE_TOP_MIN_DOCS``) each row's
+hits are ranked alone (``argpartition`` over the documents that match, then a sort of
+``depth`` items); on a smaller corpus the rows go through ``base.top_k`` as one dense block.
+Both give the same ranking; the first never builds a [queries, documents] matrix.
 
 Scoring follows the formulas of bm25s (Lù 2024), which follow Kamphuis et al. 2020,
 "Which BM25 Do You Mean? A Large-Scale Reproducibility Study of Scoring Variants" (ECIR):
@@ -43,10 +46,13 @@ the Snowball English stemmer, on title + text. On BEIR SciFact this gives nDCG@1
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
-from collections.abc import Callable, Sequence
-from itertools import chain
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate, chain
 from typing import Any
 
 import numpy as np
@@ -224,6 +230,109 @@ class Analyzer:
         return [[terms[t] for t in toks if terms[t] is not None] for toks in split]
 
 
+class _Spill:
+    """The postings of each indexing batch, kept in an unnamed temporary file (removed by the
+    system when closed or when the process ends, however it ends) rather than in memory, and
+    read back batch by batch, as often as asked, in the order written.
+
+    At 1M documents that is 276 MiB (6 bytes a posting) that neither the tokenizing nor the
+    weighting phase holds beside its own memory. The file goes to the system's temporary
+    folder (``TMPDIR``); where it cannot be written (a full disk) the batches stay in memory.
+    """
+
+    def __init__(self) -> None:
+        self._file: Any = None
+        self._batches: list[Any] = []  # (offset, (dtype, count) x 3) in the file, or the arrays themselves
+
+    def append(self, *arrays: NDArray) -> None:
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="bm25-postings-")
+            offset = self._file.seek(0, os.SEEK_END)
+            for a in arrays:
+                self._file.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+            self._batches.append((offset, [(a.dtype, len(a)) for a in arrays]))
+        except OSError as exc:
+            if not any(isinstance(b, list) for b in self._batches):
+                log.warning("BM25: cannot spill postings to a temporary file (%s); keeping them in memory", exc)
+            self._batches.append(list(arrays))
+
+    def __iter__(self) -> Iterator[tuple[NDArray, ...]]:
+        for batch in self._batches:
+            if isinstance(batch, list):
+                yield tuple(batch)
+                continue
+            offset, shapes = batch
+            self._file.seek(offset)
+            out = []
+            for dtype, count in shapes:
+                data = self._file.read(dtype.itemsize * count)
+                if len(data) != dtype.itemsize * count:
+                    raise OSError(f"the postings' temporary file is short ({len(data)} bytes where "
+                                  f"{dtype.itemsize * count} were written)")
+                out.append(np.frombuffer(data, dtype))
+            yield tuple(out)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._batches.clear()
+
+
+class Vocabulary:
+    """Term (stem) -> term id, compact: the terms in sorted order as one UTF-8 blob with
+    their offsets, and each one's id.
+
+    At 1M terms a dict takes ~135 MiB of Python objects, allocated among the corpus's tokens
+    while indexing, so that freeing the tokens gives little back to the system. This takes
+    the terms' UTF-8 bytes plus 12 bytes a term (~20 MiB at 1M). A lookup is a binary search
+    over the sorted terms (UTF-8 byte order is code point order): ~20 comparisons, a few
+    microseconds, paid per distinct query token.
+    """
+
+    def __init__(self, terms: Sequence[str], ids: Sequence[int]):
+        order = sorted(range(len(terms)), key=terms.__getitem__)
+        encoded = [terms[i].encode("utf-8", "surrogatepass") for i in order]
+        self._offsets = array("q", [0])
+        self._offsets.extend(accumulate(map(len, encoded)))
+        self._blob = b"".join(encoded)
+        self._ids = array("q", [ids[i] for i in order])
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def get(self, term: str, default: int) -> int:
+        key = term.encode("utf-8", "surrogatepass")
+        blob, offsets = self._blob, self._offsets
+        lo, hi = 0, len(self._ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if blob[offsets[mid] : offsets[mid + 1]] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self._ids) and blob[offsets[lo] : offsets[lo + 1]] == key:
+            return self._ids[lo]
+        return default
+
+    def __getitem__(self, term: str) -> int:
+        found = self.get(term, -1)
+        if found < 0:
+            raise KeyError(term)
+        return found
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        """(term, id) in the terms' sorted order."""
+        blob, offsets = self._blob, self._offsets
+        for i, term_id in enumerate(self._ids):
+            yield blob[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass"), term_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Vocabulary):
+            return NotImplemented
+        return (self._blob, self._offsets, self._ids) == (other._blob, other._offsets, other._ids)
+
+
 # --------------------------------------------------------------------------- retriever
 
 
@@ -261,7 +370,7 @@ class BM25Retriever:
         if stopwords is not None and not isinstance(stopwords, str):
             stopwords = [str(w) for w in stopwords]  # e.g. an OmegaConf ListConfig
         self.analyzer = Analyzer(stopwords, stemmer)
-        self._vocab: dict[str, int] = {}  # term (stem) -> term id
+        self._vocab = Vocabulary([], [])  # term (stem) -> term id
         self._weights: sp.csr_matrix | None = None  # [n_terms, n_docs] float32
         self._absent: NDArray[np.float32] | None = None  # per-term weight at tf = 0 (BM25L/+)
         self._presence: sp.csr_matrix | None = None  # [n_terms, n_docs], only if some weight is 0
@@ -288,14 +397,16 @@ class BM25Retriever:
         Memory stays near the size of the index, not of the token stream: documents are
         tokenized ``_INDEX_BATCH`` at a time, and each batch's tokens become compact integer
         postings at once (a provisional term id, 4 bytes, and a term count, 2 bytes, per
-        posting; a posting count per document), so no more than one batch's tokens exist as
-        Python strings. At the end the term ids are renumbered in the order of the sorted
-        token list (a term's id is the rank of its smallest token), which is what they have
-        always been: the index does not depend on the batch size or on string hashing. The
-        weights are then written batch by batch straight into their places in the CSR
-        arrays (rows sized from the document frequencies), each batch's postings freed as
-        they are placed: no COO copy and no second CSR exist, so the build peaks at about
-        14 bytes a posting plus the vocabulary."""
+        posting; a posting count per document), written to a temporary file (``_Spill``),
+        so no more than one batch's tokens exist as Python strings. At the end the term ids
+        are renumbered in the order of the sorted token list (a term's id is the rank of its
+        smallest token), which is what they have always been: the index does not depend on
+        the batch size or on string hashing. The token dictionaries are then dropped (the
+        terms stay as a compact ``Vocabulary``), and the weights are written batch by batch
+        straight into their places in the CSR arrays (rows sized from the document
+        frequencies): no COO copy and no second CSR exist, so the build peaks at about the
+        index (8 bytes a posting) plus the token dictionaries or one batch. ``doc_texts`` is
+        read in slices of ``_INDEX_BATCH`` (it may be a ``pipeline.data.FileTexts``)."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
         n_docs = len(doc_texts)
@@ -304,8 +415,8 @@ class BM25Retriever:
         term_ids: dict[str, int] = {}  # term (stem) -> provisional term id (first appearance)
         doc_len = np.zeros(n_docs, np.float64)
         # per batch: (provisional term of each posting, postings of each document, tf of each
-        # posting), sorted by document, then provisional term
-        parts: list[tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.integer]]] = []
+        # posting), sorted by document, then provisional term; on disk until the weights are made
+        parts = _Spill()
         for start in range(0, n_docs, _INDEX_BATCH):
             split = self.analyzer.split(doc_texts[start : start + _INDEX_BATCH])
             new = set(chain.from_iterable(split)).difference(token_ids)
@@ -329,14 +440,14 @@ class BM25Retriever:
             width = max(len(term_ids), 1)
             keys, counts = np.unique(docs * width + term, return_counts=True)
             tf_type = np.uint16 if counts.max(initial=0) <= np.iinfo(np.uint16).max else np.int32
-            parts.append(((keys % width).astype(np.int32),
-                          np.bincount(keys // width, minlength=len(lengths)).astype(np.int32),
-                          counts.astype(tf_type)))
+            parts.append((keys % width).astype(np.int32),
+                         np.bincount(keys // width, minlength=len(lengths)).astype(np.int32),
+                         counts.astype(tf_type))
             del term, docs, keep, keys, counts, flat
         # Final term ids: walk the tokens in sorted order, numbering terms as they first occur.
         tokens = list(token_ids)
         del token_ids
-        vocab: dict[str, int] = {}
+        n_terms = 0
         final_ids = [-1] * len(term_ids)  # provisional term id -> final term id
         term_names = list(term_ids)
         del term_ids
@@ -344,12 +455,13 @@ class BM25Retriever:
         for i in sorted(range(len(tokens)), key=tokens.__getitem__):
             prov = prov_of[i]
             if prov != _STOP and final_ids[prov] < 0:
-                final_ids[prov] = vocab[term_names[prov]] = len(vocab)
-        del tokens, term_names, prov_of, token_term
+                final_ids[prov] = n_terms
+                n_terms += 1
+        del tokens, prov_of, token_term
+        vocab = Vocabulary(term_names, final_ids)
         final = np.asarray(final_ids, np.int32)
-        del final_ids
+        del final_ids, term_names
         release_free_memory()  # the token strings' and dicts' memory, before the CSR arrays are made
-        n_terms = len(vocab)
         df = np.zeros(n_terms, np.int64)
         for terms_i, _, _ in parts:
             df += np.bincount(final[terms_i], minlength=n_terms)
@@ -368,9 +480,7 @@ class BM25Retriever:
         len_norm = 1.0 - self.b + self.b * doc_len / avg_len
         absent = idf * tfc_fn(0.0, 1.0, self.k1, self.delta) if self.method in WITH_DELTA else None
         doc_start = 0
-        for i in range(len(parts)):
-            terms_i, per_doc, tf_i = parts[i]
-            parts[i] = None  # type: ignore[call-overload]
+        for terms_i, per_doc, tf_i in parts:
             term = final[terms_i]
             docs = np.repeat(np.arange(doc_start, doc_start + len(per_doc), dtype=index_type), per_doc)
             doc_start += len(per_doc)
@@ -387,7 +497,8 @@ class BM25Retriever:
             indices[pos] = docs[order]
             weights[pos] = w[order]
             fill[term[run]] += run_len
-            del terms_i, per_doc, tf_i, term, docs, w, order, run, run_len, pos
+            del term, docs, w, order, run, run_len, pos
+        parts.close()
         del parts, final, fill
         self._absent = None if absent is None else absent.astype(np.float32)
         self._weights = sp.csr_matrix((weights, indices, indptr), shape=(n_terms, n_docs))

@@ -285,3 +285,45 @@ def test_batched_indexing_builds_the_same_index_as_one_batch(corpus, method, mon
             first_token.setdefault(whole._vocab[term], token)
     ranks = [first_token[i] for i in range(len(whole._vocab)) if i in first_token]
     assert ranks == sorted(ranks) and len(ranks) == len(whole._vocab)
+
+
+def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, monkeypatch, caplog):
+    """index() spills each batch's postings to an unnamed temporary file; a full disk (no
+    file) must give the same index, with a warning."""
+    import tempfile
+
+    import retrievers.bm25 as bm25
+
+    ids = [str(i) for i in range(len(corpus))]
+    spilled = BM25Retriever()
+    spilled.index(ids, corpus)
+
+    def no_file(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_file)
+    monkeypatch.setattr(bm25, "_INDEX_BATCH", 64)
+    with caplog.at_level("WARNING", logger="retrievers.bm25"):
+        held = BM25Retriever()
+        held.index(ids, corpus)
+    assert "cannot spill postings" in caplog.text and "No space left" in caplog.text
+    assert held._vocab == spilled._vocab
+    for part in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(held._weights, part), getattr(spilled._weights, part))
+
+
+def test_vocabulary_lookups():
+    from retrievers.bm25 import Vocabulary
+
+    terms = ["zeta", "alpha", "été", "\ud800x", "mid", ""]
+    vocab = Vocabulary(terms, [4, 0, 2, 5, 1, 3])
+    assert len(vocab) == 6
+    assert [vocab.get(t, -9) for t in terms] == [4, 0, 2, 5, 1, 3]
+    assert vocab["été"] == 2 and vocab.get("et", -9) == -9 and vocab.get("zz", -9) == -9
+    assert vocab.get("alph", -9) == -9 and vocab.get("alphaa", -9) == -9
+    with pytest.raises(KeyError):
+        vocab["nope"]
+    assert dict(vocab.items()) == dict(zip(terms, [4, 0, 2, 5, 1, 3]))
+    assert [t for t, _ in vocab.items()] == sorted(terms)  # UTF-8 byte order is code point order
+    assert vocab == Vocabulary(list(reversed(terms)), [3, 1, 5, 2, 0, 4]) and vocab != Vocabulary(terms, [0] * 6)
+    assert len(Vocabulary([], [])) == 0 and Vocabulary([], []).get("a", -1) == -1
