@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -263,9 +264,11 @@ def _check_spans(spans: NDArray[np.int64], texts: list[str]) -> str | None:
     return None
 
 
-def chunk_documents(chunker: Chunker, doc_ids: list[str], doc_texts: list[str],
+def chunk_documents(chunker: Chunker, doc_ids: list[str], doc_texts: Sequence[str],
                     cache_dir: str | Path | None) -> tuple[Chunks, bool]:
     """The chunks of the documents, from the cache when it has them. Returns (chunks, hit)."""
+    if not isinstance(doc_texts, list):  # pipeline.data.FileTexts: read once, not once per use
+        doc_texts = list(doc_texts)
     key = {"kind": "chunks", "texts": cache.texts_digest(doc_ids, doc_texts), "chunker": chunker.settings()}
     spans, hit = cache.load_or_compute_array(cache_dir, key, lambda: chunker.spans(doc_texts), shape=(None, 4))
     problem = _check_spans(spans, doc_texts)

@@ -1,17 +1,21 @@
 """Collections: BEIR folders, TREC files, ir_datasets ids and the bundled sample.
 
-Every loader returns a :class:`Collection`: ids and texts as lists of str, judgments as
+Every loader returns a :class:`Collection`: ids and texts as lists of str (the texts of a large
+plain BEIR corpus as :class:`FileTexts`, read from the file when needed), judgments as
 integer arrays (:class:`pipeline.metrics.Qrels`), and a content digest that changes when
 any document, query or judgment changes (used for cache keys and logged to MLflow).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import operator
+import os
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,7 @@ log = logging.getLogger(__name__)
 class Collection:
     name: str
     doc_ids: list[str]
-    doc_texts: list[str]  # title + " " + text (configurable per loader)
+    doc_texts: Sequence[str]  # title + " " + text (configurable per loader); a list, or FileTexts
     query_ids: list[str]  # only the queries that are evaluated (those with judgments)
     query_texts: list[str]
     qrels: Qrels  # query_idx into query_ids, doc_idx into doc_ids (-1: judged doc not in corpus)
@@ -123,32 +127,127 @@ def _join(title: str, text: str, join: str) -> str:
     return title or text
 
 
+def _jsonl_record(
+    raw: bytes, path: Path, no: int, item: str, text_field: str, title_field: str | None, join: str
+) -> tuple[str, str]:
+    """(id, text) of one JSONL line: ``_id`` and ``text_field`` required, ``title_field``
+    optional (documents only). ``item`` ("document", "query") names a record in messages."""
+    obj = _parse_json(raw, path, no)
+    if "_id" not in obj:
+        raise InputError(f"{item} has no '_id' key", path, no)
+    if text_field not in obj:
+        raise InputError(f"{item} has no {text_field!r} key", path, no)
+    rid = obj["_id"]
+    if type(rid) is not str or not rid.strip():
+        rid = _as_id(rid, "_id", path, no)
+    text = obj[text_field]
+    if type(text) is not str:
+        text = _as_text(text, text_field, path, no)
+    title = obj.get(title_field, "") if title_field else ""
+    if type(title) is not str:
+        title = _as_text(title, title_field or "", path, no)
+    return rid, _join(title, text, join)
+
+
 def _jsonl_records(
-    path: Path, what: str, item: str, text_field: str, title_field: str | None = None, join: str = " "
+    path: Path, what: str, item: str, text_field: str, title_field: str | None = None, join: str = " ",
+    offsets: array | None = None,
 ) -> Iterator[DocRecord]:
-    """Records of a JSONL file (corpus or queries): ``_id`` and ``text_field`` required,
-    ``title_field`` optional (documents only). ``item`` ("document", "query") names a record
-    in messages."""
-    for no, raw in raw_lines(path, what):
-        obj = _parse_json(raw, path, no)
-        if "_id" not in obj:
-            raise InputError(f"{item} has no '_id' key", path, no)
-        if text_field not in obj:
-            raise InputError(f"{item} has no {text_field!r} key", path, no)
-        rid = obj["_id"]
-        if type(rid) is not str or not rid.strip():
-            rid = _as_id(rid, "_id", path, no)
-        text = obj[text_field]
-        if type(text) is not str:
-            text = _as_text(text, text_field, path, no)
-        title = obj.get(title_field, "") if title_field else ""
-        if type(title) is not str:
-            title = _as_text(title, title_field or "", path, no)
-        yield no, rid, _join(title, text, join)
+    """Records of a JSONL file (corpus or queries); ``offsets`` gets each record's byte offset."""
+    for no, raw in raw_lines(path, what, offsets=offsets):
+        rid, text = _jsonl_record(raw, path, no, item, text_field, title_field, join)
+        yield no, rid, text
 
 
-def _jsonl_docs(path: Path, title_field: str | None, text_field: str, join: str) -> Iterator[DocRecord]:
-    return _jsonl_records(path, "corpus", "document", text_field, title_field, join)
+def _jsonl_docs(
+    path: Path, title_field: str | None, text_field: str, join: str, offsets: array | None = None
+) -> Iterator[DocRecord]:
+    return _jsonl_records(path, "corpus", "document", text_field, title_field, join, offsets)
+
+
+#: ``load_beir(lazy_texts=None)`` reads the texts of a plain corpus.jsonl at least this big
+#: from the file when they are needed, instead of holding them (see FileTexts).
+LAZY_TEXTS_MIN_BYTES = 16 * 2**20
+_READ_DOCS = 20_000  # documents FileTexts reads at once when iterated
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class FileTexts(Sequence[str]):
+    """The document texts of a plain JSONL corpus, read from the file when asked for.
+
+    A Python str costs ~49 bytes plus its characters, and the texts are needed once, to
+    index (or encode, or chunk) the corpus: at 1M MS MARCO-like passages holding them took
+    330 MiB of the job's memory, the file's byte offsets take 8 MiB. ``texts[i]`` and
+    ``texts[a:b]`` read the lines they need (a slice in one read); iteration reads
+    ``_READ_DOCS`` documents at a time. A text comes out exactly as the loader made it.
+
+    The file must be the one that was loaded: before every read its device, inode, size and
+    modification time are compared with those seen when loading, and every record read must
+    carry the id loaded at its index. Otherwise InputError ("changed since it was loaded"):
+    no text of another file is ever used under this collection's digest.
+    """
+
+    def __init__(self, path: Path, offsets: np.ndarray, end: int, stamp: tuple[int, int, int, int],
+                 ids: Sequence[str], title_field: str | None, text_field: str, join: str):
+        self.path, self._offsets, self._end, self._stamp, self._ids = path, offsets, end, stamp, ids
+        self._fields = (title_field, text_field, join)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __getitem__(self, i: Any) -> Any:
+        n = len(self._offsets)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            return self._read(start, stop) if start < stop else []
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("document index out of range")
+        return self._read(i, i + 1)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self._offsets), _READ_DOCS):
+            yield from self._read(start, min(start + _READ_DOCS, len(self._offsets)))
+
+    def __repr__(self) -> str:
+        return f"FileTexts({str(self.path)!r}, {len(self)} documents)"
+
+    def _changed(self, detail: str) -> InputError:
+        return InputError(f"corpus file changed since it was loaded ({detail}); run again to load it anew", self.path)
+
+    def _read(self, start: int, stop: int) -> list[str]:
+        try:
+            if _file_stamp(self.path) != self._stamp:
+                raise self._changed("its size, time or inode differ")
+            lo = int(self._offsets[start])
+            hi = int(self._offsets[stop]) if stop < len(self._offsets) else self._end
+            with open(self.path, "rb") as fh:
+                fh.seek(lo)
+                data = fh.read(hi - lo)
+        except OSError as exc:
+            raise InputError(f"cannot read corpus file ({exc.strerror or exc})", self.path) from None
+        lines = [raw for raw in data.split(b"\n") if raw.strip()]
+        if len(lines) != stop - start:
+            raise self._changed(f"{len(lines)} records where {stop - start} were")
+        title_field, text_field, join = self._fields
+        out = []
+        for k, raw in enumerate(lines):
+            try:
+                rid, text = _jsonl_record(raw, self.path, start + k + 1, "document", text_field, title_field, join)
+            except InputError as err:
+                raise self._changed(str(err)) from None
+            if rid != self._ids[start + k]:
+                raise self._changed(f"document {start + k} is {rid!r}, was {self._ids[start + k]!r}")
+            out.append(text)
+        return out
 
 
 def _jsonl_queries(path: Path, text_field: str = "text") -> Iterator[DocRecord]:
@@ -225,6 +324,7 @@ def _collect_docs(
     rescan: Callable[[], Iterable[DocRecord]],
     where: Path | str,
     hasher: Any,
+    keep_texts: bool = True,
 ) -> tuple[list[str], list[str], int]:
     """Consume document records: duplicate ids are an error, empty texts are counted.
 
@@ -232,6 +332,7 @@ def _collect_docs(
     output lists only the 64-bit ``hash()`` of each id is kept (8 bytes a document instead
     of ~40 for a set). Equal hashes are checked exactly afterwards, and the lines of a real
     duplicate are found by reading the input again, which only happens on the way to an error.
+    With ``keep_texts=False`` the texts are hashed and counted but not kept (an empty list).
     """
     ids: list[str] = []
     texts: list[str] = []
@@ -239,9 +340,11 @@ def _collect_docs(
     empty = 0
     update = hasher.update
     update(b"docs\n")
+    keep = texts.append if keep_texts else None
     for _, did, text in records:
         ids.append(did)
-        texts.append(text)
+        if keep is not None:
+            keep(text)
         id_hashes.append(hash(did))
         if not text or text.isspace():
             empty += 1
@@ -309,6 +412,9 @@ class Parts:
     judgments: Callable[[], QrelsFile]
     judgment_line: Callable[[str, str], int | None]
     strict: bool = False
+    #: When set, the texts are not kept while loading: the collection's texts are
+    #: ``texts_from(doc_ids)`` (FileTexts over the corpus file).
+    texts_from: Callable[[list[str]], Sequence[str]] | None = None
 
 
 def _load(parts: Parts) -> Collection:
@@ -317,7 +423,10 @@ def _load(parts: Parts) -> Collection:
     judgments = parts.judgments()
     queries = _collect_queries(parts.queries(), parts.queries_where)
     hasher = hashlib.sha256()
-    doc_ids, doc_texts, empty_docs = _collect_docs(parts.docs(), parts.docs, parts.corpus_where, hasher)
+    doc_ids, doc_texts, empty_docs = _collect_docs(parts.docs(), parts.docs, parts.corpus_where, hasher,
+                                                   keep_texts=parts.texts_from is None)
+    if parts.texts_from is not None:
+        doc_texts = parts.texts_from(doc_ids)  # type: ignore[assignment]
     return _assemble(parts, judgments, queries, doc_ids, doc_texts, empty_docs, hasher)
 
 
@@ -326,7 +435,7 @@ def _assemble(
     judgments: QrelsFile,
     queries: dict[str, tuple[str, int]],
     doc_ids: list[str],
-    doc_texts: list[str],
+    doc_texts: Sequence[str],
     empty_docs: int,
     hasher: Any,
 ) -> Collection:
@@ -461,6 +570,7 @@ def load_beir(
     text_field: str = "text",
     join: str = " ",
     strict: bool = False,
+    lazy_texts: bool | None = None,
 ) -> Collection:
     """Load a BEIR folder: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv[.gz]``.
 
@@ -470,6 +580,11 @@ def load_beir(
     are kept with ``doc_idx=-1`` (they count in R, as in trec_eval) and judgments of a query
     missing from ``queries.jsonl`` are dropped; both are counted in ``report`` and logged,
     and ``strict=True`` turns them into errors. ``name`` defaults to the folder name.
+
+    ``lazy_texts``: the document texts of a plain (not gzipped) ``corpus.jsonl`` are read
+    from the file when needed (:class:`FileTexts`) instead of held in memory: ``None`` (the
+    default) does so for a file of ``LAZY_TEXTS_MIN_BYTES`` (16 MiB) or more, ``True``
+    always, ``False`` never. The collection, its digest and every text are the same.
     """
     folder = Path(path).expanduser()
     if not folder.exists():
@@ -485,18 +600,33 @@ def load_beir(
         available = sorted(p.name.split(".")[0] for p in (folder / "qrels").glob("*.tsv*"))
         hint = f"available splits: {', '.join(available)}" if available else "the qrels folder has no .tsv file"
         raise InputError(f"no qrels for split {split!r} ({hint})", qrels_path)
-    return _load(
-        _file_parts(
-            name=name or folder.resolve().name,
-            source=str(folder),
-            corpus=corpus,
-            docs=lambda: _jsonl_docs(corpus, title_field, text_field, join),
-            queries=queries_path,
-            query_records=lambda: _jsonl_queries(queries_path),
-            qrels=qrels_path,
-            strict=strict,
-        )
+    parts = _file_parts(
+        name=name or folder.resolve().name,
+        source=str(folder),
+        corpus=corpus,
+        docs=lambda: _jsonl_docs(corpus, title_field, text_field, join),
+        queries=queries_path,
+        query_records=lambda: _jsonl_queries(queries_path),
+        qrels=qrels_path,
+        strict=strict,
     )
+    if corpus.suffix != ".gz" and lazy_texts is not False:
+        stamp = _file_stamp(corpus)
+        if lazy_texts or stamp[2] >= LAZY_TEXTS_MIN_BYTES:
+            offsets = array("q")
+
+            def docs() -> Iterator[DocRecord]:
+                del offsets[:]  # a second read (to name a duplicate id's lines) records them again
+                return _jsonl_docs(corpus, title_field, text_field, join, offsets)
+
+            def texts_from(doc_ids: list[str]) -> FileTexts:
+                if _file_stamp(corpus) != stamp:
+                    raise InputError("corpus file changed while it was being read; run again", corpus)
+                return FileTexts(corpus, np.frombuffer(offsets, np.int64).copy(), stamp[2], stamp, doc_ids,
+                                 title_field, text_field, join)
+
+            parts = dataclasses.replace(parts, docs=docs, texts_from=texts_from)
+    return _load(parts)
 
 
 def load_trec(

@@ -26,6 +26,7 @@ import re
 import stat
 import sys
 import zlib
+from array import array
 from collections.abc import Iterable, Iterator
 from itertools import chain
 from pathlib import Path
@@ -105,23 +106,36 @@ def _split_bare_cr(lines: Iterable[bytes]) -> Iterator[bytes]:
             yield raw
 
 
-def raw_lines(path: Path, what: str, *, universal_newlines: bool = False) -> Iterator[tuple[int, bytes]]:
+def raw_lines(
+    path: Path, what: str, *, universal_newlines: bool = False, offsets: array | None = None
+) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, raw line with its line ending) for every non-blank line.
 
-    ``what`` names the file in messages ("cannot read qrels file (...)").
+    ``what`` names the file in messages ("cannot read qrels file (...)"). ``offsets`` (an
+    ``array("q")``; for a plain file read without ``universal_newlines``) gets the byte
+    offset in the file of every line yielded, appended just before it is yielded.
     """
     no = 0
     try:
         with open_binary(path) as fh:
             first = fh.readline()
+            at = 0  # byte offset of the next line
             if first.startswith(BOM):
                 first = first[len(BOM) :]
+                at = len(BOM)
             lines: Iterable[bytes] = chain((first,), fh)
             if universal_newlines:
                 lines = _split_bare_cr(lines)
-            for no, raw in enumerate(lines, start=1):
-                if raw.strip():
-                    yield no, raw
+            if offsets is None:
+                for no, raw in enumerate(lines, start=1):
+                    if raw.strip():
+                        yield no, raw
+            else:
+                for no, raw in enumerate(lines, start=1):
+                    if raw.strip():
+                        offsets.append(at)
+                        yield no, raw
+                    at += len(raw)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"cannot read {what} file ({exc})", path, no + 1) from None
 

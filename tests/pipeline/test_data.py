@@ -188,6 +188,106 @@ def test_numeric_ids_are_read_as_strings(tmp_path):
     assert c.doc_ids == ["7"] and c.query_ids == ["1"] and judgments(c) == {("1", "7", 1)}
 
 
+# --------------------------------------------------------------------------- texts read from the file
+
+
+def _awkward_corpus(folder: Path) -> Path:
+    """A plain corpus.jsonl with what a byte-offset reader could get wrong: a byte order mark,
+    blank and whitespace lines between records, CRLF endings, non-ASCII text, a numeric id,
+    a null text, a lone surrogate escape, no newline at the end."""
+    lines = [
+        '{"_id": "a", "title": "Été", "text": "naïve café ünïcode"}\r\n',
+        "\n",
+        '{"_id": 7, "title": "", "text": "seven"}\n',
+        "   \n",
+        '{"_id": "n", "title": "only a title", "text": null}\n',
+        '{"_id": "s", "title": "", "text": "lone \\ud800 surrogate"}\n',
+        '{"_id": "z", "title": "last", "text": "no newline"}',
+    ]
+    qrels = [("q1", "a", 1), ("q1", "z", 2)]
+    write_beir(folder, docs="".join(lines), qrels=qrels)
+    corpus = folder / "corpus.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + corpus.read_bytes())
+    return folder
+
+
+def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
+    import pipeline.data as data
+
+    folder = _awkward_corpus(tmp_path / "f")
+    held = load_beir(folder, lazy_texts=False)
+    lazy = load_beir(folder, lazy_texts=True)
+    assert isinstance(held.doc_texts, list) and isinstance(lazy.doc_texts, data.FileTexts)
+    assert lazy.digest == held.digest and lazy.doc_ids == held.doc_ids == ["a", "7", "n", "s", "z"]
+    assert held.doc_texts[0] == "Été naïve café ünïcode" and held.doc_texts[2] == "only a title"
+    texts = lazy.doc_texts
+    assert len(texts) == 5 and list(texts) == held.doc_texts
+    assert [texts[i] for i in range(-5, 5)] == held.doc_texts * 2
+    for sl in (slice(1, 4), slice(0, 5), slice(3, 99), slice(4, 1), slice(None, None, 2), slice(None, None, -1)):
+        assert texts[sl] == held.doc_texts[sl]
+    with pytest.raises(IndexError):
+        texts[5]
+    monkeypatch.setattr(data, "_READ_DOCS", 2)  # iteration in reads of 2 documents
+    assert list(texts) == held.doc_texts
+
+
+def test_lazy_texts_by_default_only_for_a_large_plain_corpus(tmp_path, monkeypatch):
+    import pipeline.data as data
+
+    plain, packed = write_beir(tmp_path / "plain"), write_beir(tmp_path / "packed", gz=True)
+    assert isinstance(load_beir(plain).doc_texts, list)  # 16 MiB and more by default
+    monkeypatch.setattr(data, "LAZY_TEXTS_MIN_BYTES", 10)
+    assert isinstance(load_beir(plain).doc_texts, data.FileTexts)
+    assert isinstance(load_beir(plain, lazy_texts=False).doc_texts, list)
+    assert isinstance(load_beir(packed, lazy_texts=True).doc_texts, list)  # gzip: no byte offsets
+
+
+def test_lazy_texts_refuse_a_corpus_that_changed(tmp_path):
+    folder = write_beir(tmp_path / "f")
+    corpus = folder / "corpus.jsonl"
+    texts = load_beir(folder, lazy_texts=True).doc_texts
+    assert texts[1] == "Brake pads wear out."
+    # edited in place: size and time differ
+    corpus.write_text(corpus.read_text().replace("Brake pads", "Brake shoes"), encoding="utf-8")
+    err = raises_input_error(lambda: texts[1])
+    assert err.path == str(corpus) and "changed since it was loaded" in err.problem
+    # an id rewritten in place with size, inode and time kept: the id read gives it away
+    texts = load_beir(folder, lazy_texts=True).doc_texts
+    st = corpus.stat()
+    with open(corpus, "r+b") as fh:  # same length: "d3" -> "d9"
+        data_ = fh.read().replace(b'"_id": "d3"', b'"_id": "d9"')
+        fh.seek(0)
+        fh.write(data_)
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert corpus.stat().st_size == st.st_size
+    err = raises_input_error(lambda: texts[2])
+    assert "document 2 is 'd9', was 'd3'" in err.problem
+    assert texts[0] == "Chain care Lubricate the chain after rain."  # the unchanged records still read
+
+
+def test_lazy_texts_duplicate_id_still_names_both_lines(tmp_path):
+    docs = DOCS + [{"_id": "d2", "text": "again"}]
+    err = raises_input_error(load_beir, write_beir(tmp_path / "f", docs=docs), lazy_texts=True)
+    assert err.line == 5 and err.problem == "duplicate document id 'd2' (first on line 2)"
+
+
+@pytest.mark.skipif(not HAS_MAIN, reason="needs the pipeline command")
+def test_a_job_on_lazy_texts_gives_the_same_results(tmp_path):
+    """The whole job (BM25 indexing reads the texts in batches) on the sample, texts held or not."""
+    metrics = {}
+    for lazy in ("false", "true"):
+        out = tmp_path / lazy
+        subprocess.run(
+            [sys.executable, "-m", "pipeline", "tracking=none", "dataset=beir",
+             f"dataset.path={ROOT / 'pipeline' / 'sample'}", f"dataset.lazy_texts={lazy}",
+             f"cache_dir={out / 'cache'}", f"hydra.run.dir={out}"],
+            cwd=ROOT, check=True, capture_output=True, timeout=300,
+        )
+        metrics[lazy] = json.loads((out / "results" / "metrics.json").read_text())["metrics"]
+    assert metrics["true"]["ndcg_at_10"] == metrics["false"]["ndcg_at_10"] > 0.5
+    assert metrics["true"] == metrics["false"]
+
+
 # --------------------------------------------------------------------------- hard errors
 
 
