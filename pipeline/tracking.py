@@ -763,6 +763,15 @@ def tracker(settings: StoreSettings | None = None) -> Tracker:
     return _TRACKER[0]
 
 
+def release() -> None:
+    """Let this process's tracking process go: it finishes what it was sent, then exits, and
+    the next :func:`tracker` call starts a fresh one. A job does this before building a large
+    index (``pipeline.run.TRACKER_RELEASE_DOCS``), so that mlflow's ~210 MiB are not held
+    beside it; the fresh process imports mlflow while the job places, scores and writes."""
+    if _TRACKER:
+        _TRACKER.pop().close()
+
+
 def prestart() -> None:
     """Start the tracking process before the config is even composed (``python -m
     pipeline`` does, unless told ``tracking=none``): mlflow's import then overlaps with
