@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -103,6 +104,11 @@ def serve() -> None:
     answers: Any = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     tracking.warm()  # ~4 s of imports, before the first request arrives
+    # mlflow's imports leave ~270k objects for the cyclic garbage collector: its first full
+    # pass then fell inside the job's first log (~0.23 s of the job's wait). Do it now,
+    # while the job computes, and move them out of its sight (they live as long as we do).
+    gc.collect()
+    gc.freeze()
 
     for line in sys.stdin:
         if not line.strip():

@@ -195,10 +195,18 @@ def _create_sqlite_store(db: Path) -> None:
 
 
 def warm() -> None:
-    """Import what logging needs (~4 s): the tracking process does it while the job computes."""
+    """Import what logging needs (~4 s): the tracking process does it while the job computes.
+
+    Also what a first log would import on its way (the folder lock, pyarrow's pandas
+    bridge for the per-query table), ~30 ms of the job's wait otherwise."""
+    import netrc  # noqa: F401
+    import filelock  # noqa: F401
     import mlflow.entities  # noqa: F401  (~2 s)
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
+    import pyarrow as pa
     import pyarrow.csv  # noqa: F401
+
+    pa.table({"x": [0]}).to_pandas().to_dict()  # imports pyarrow.pandas_compat and pandas' to_dict
 
 
 def ensure_store(settings: Any) -> None:
