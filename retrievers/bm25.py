@@ -45,6 +45,7 @@ the Snowball English stemmer, on title + text. On BEIR SciFact this gives nDCG@1
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -81,19 +82,20 @@ def release_free_memory() -> None:
     leave holes in the heap that the process keeps: after indexing 1M documents that is
     ~390 MiB of the 1.45 GiB resident, free but still counted (measured with
     ``benchmarks/scale.py``). The call takes milliseconds."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            import ctypes
-
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
-_MALLOC_TRIM: Any = None
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
 
 # --------------------------------------------------------------------------- variants
 
