@@ -6,6 +6,8 @@ inflected forms that stem together, upper case, punctuation and one-letter token
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -287,12 +289,16 @@ def test_batched_indexing_builds_the_same_index_as_one_batch(corpus, method, mon
     assert ranks == sorted(ranks) and len(ranks) == len(whole._vocab)
 
 
-def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, monkeypatch, caplog):
+@pytest.mark.parametrize("apart", [False, True])
+def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, monkeypatch, caplog, apart):
     """index() spills each batch's postings to an unnamed temporary file; a full disk (no
-    file) must give the same index, with a warning."""
+    file) must give the same index, with a warning (and, on a corpus large enough to be
+    tokenized in a child process, tokenized here instead)."""
     import tempfile
 
     import retrievers.bm25 as bm25
+
+    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", 0 if apart else 10**12)
 
     ids = [str(i) for i in range(len(corpus))]
     spilled = BM25Retriever()
@@ -327,3 +333,93 @@ def test_vocabulary_lookups():
     assert [t for t, _ in vocab.items()] == sorted(terms)  # UTF-8 byte order is code point order
     assert vocab == Vocabulary(list(reversed(terms)), [3, 1, 5, 2, 0, 4]) and vocab != Vocabulary(terms, [0] * 6)
     assert len(Vocabulary([], [])) == 0 and Vocabulary([], []).get("a", -1) == -1
+
+
+@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="tokenizing apart needs fork (Linux)")
+@pytest.mark.parametrize("method", ["lucene", "bm25+"])
+def test_tokenizing_in_a_child_process_builds_the_same_index(corpus, method, monkeypatch):
+    """From ``_TOKENIZE_APART_MIN_DOCS`` documents on, a forked child tokenizes and hands back
+    the vocabulary, term map, lengths and its postings file: the index must be the same."""
+    import retrievers.bm25 as bm25
+
+    docs = list(corpus) + ["", "Running RUNS run", "the a of"]
+    ids = [str(i) for i in range(len(docs))]
+    monkeypatch.setattr(bm25, "_INDEX_BATCH", 64)
+    here = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
+    here.index(ids, docs)
+    children = []
+    real_call = bm25._call_apart
+    monkeypatch.setattr(bm25, "_call_apart", lambda fn, *a: children.append(fn) or real_call(fn, *a))
+    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", len(docs))
+    apart = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
+    apart.index(ids, docs)
+    assert len(children) == 1
+    assert apart._vocab == here._vocab and len(apart._vocab) == 31
+    for part in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(apart._weights, part), getattr(here._weights, part))
+    assert (apart._absent is None) == (here._absent is None)
+    if here._absent is not None:
+        np.testing.assert_array_equal(apart._absent, here._absent)
+    a, h = apart.search(["q"] * len(QUERIES), QUERIES, 20), here.search(["q"] * len(QUERIES), QUERIES, 20)
+    np.testing.assert_array_equal(a.doc_idx, h.doc_idx)
+    np.testing.assert_array_equal(a.scores, h.scores)
+
+
+def _raise_input_error():
+    from pipeline.errors import InputError
+
+    raise InputError("corpus file changed since it was loaded (x)", "/data/corpus.jsonl", 12)
+
+
+def _raise_unpicklable():
+    class Local(Exception):
+        pass
+
+    raise Local("made in the child")
+
+
+def _killed():
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
+def test_call_apart_returns_the_childs_result_or_raises_what_happened_there():
+    from pipeline.errors import InputError
+    from retrievers.bm25 import _call_apart
+
+    assert _call_apart(os.getpid) != os.getpid()
+    big = np.arange(3_000_000, dtype=np.int64)  # 24 MB: more than a pipe holds at once
+    np.testing.assert_array_equal(_call_apart(np.add, big, 1), big + 1)
+    with pytest.raises(InputError) as err:
+        _call_apart(_raise_input_error)
+    assert (err.value.problem, err.value.path, err.value.line) == (
+        "corpus file changed since it was loaded (x)", "/data/corpus.jsonl", 12)
+    assert str(err.value) == "error: /data/corpus.jsonl:12: corpus file changed since it was loaded (x)"
+    with pytest.raises(RuntimeError, match=r"(?s)in the child process:.*Local: made in the child"):
+        _call_apart(_raise_unpicklable)
+    with pytest.raises(RuntimeError, match=r"_killed ended \(killed by signal SIGKILL\) without a result"):
+        _call_apart(_killed)
+
+
+@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
+def test_a_corpus_changed_under_the_child_is_an_input_error(tmp_path, monkeypatch):
+    """Lazy texts read in the child: a file changed since loading is the loader's InputError."""
+    import json
+
+    import retrievers.bm25 as bm25
+    from pipeline.data import load_beir
+    from pipeline.errors import InputError
+
+    (tmp_path / "qrels").mkdir()
+    docs = [{"_id": f"d{i}", "title": "", "text": f"word{i % 7} text number {i}"} for i in range(50)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "word3"}) + "\n")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\n")
+    collection = load_beir(tmp_path, lazy_texts=True)
+    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", 0)
+    with (tmp_path / "corpus.jsonl").open("a") as fh:
+        fh.write(json.dumps({"_id": "d50", "text": "late"}) + "\n")
+    with pytest.raises(InputError, match="changed since it was loaded"):
+        BM25Retriever().index(collection.doc_ids, collection.doc_texts)
