@@ -382,9 +382,14 @@ def run_job(folder: Path, work: Path) -> dict[str, Any]:
     args = [sys.executable, "-m", "pipeline", "dataset=beir", f"dataset.path={folder}", "retriever=bm25",
             "k=10", "k_max=100", "tracking=local", f"paths.root={work}", f"hydra.run.dir={work / 'run'}"]
     peak = {"hwm": 0, "tree": 0}
+    # The job starts its shared tracking process (its child while it runs, so measured with it)
+    # under a TMPDIR of its own: never one that an earlier job of this user left running.
+    env = {**os.environ, "TMPDIR": str(work / "tmp")}
+    env.pop("PIPELINE_TRACKER_IDLE_S", None)
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
     c0 = _cpu_s(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
     def poll() -> None:
         while proc.poll() is None:
@@ -401,6 +406,7 @@ def run_job(folder: Path, work: Path) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     cpu = _cpu_s(resource.RUSAGE_CHILDREN) - c0
     watcher.join()
+    subprocess.run([sys.executable, "-m", "pipeline.sync", "--stop"], cwd=ROOT, env=env, capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the job failed ({proc.returncode}):\n{stderr[-3000:]}")
     record = json.loads((work / "run" / "results" / "record.json").read_text())

@@ -9,9 +9,12 @@ nested under it. Running it twice logs nothing twice.
 
 ``--tracking-uri`` logs to another store than the one each record names.
 
-``python -m pipeline.sync --stdin`` is the tracking process of a job (``tracking.Tracker``):
-it imports mlflow at once, then serves one JSON request per line of standard input and
-answers one JSON line each, in order, on standard output:
+The tracking process (``tracking.Tracker``) is this module too. ``python -m pipeline.sync
+--serve SOCKET`` is the one that jobs share: it imports mlflow at once, then serves every
+job that connects to the Unix socket, until none has for ``--idle`` seconds
+(:func:`serve_shared`). ``python -m pipeline.sync --stdin`` is a job's own one, serving its
+standard input. Either serves one JSON request per line and answers one JSON line each, in
+order; every request also carries the job's working folder (``"cwd"``):
 
 - ``{"op": "open", "tracking": {...}}``: open (create) the store;
 - ``{"op": "log", "results": DIR, "tracking": {...}, "note_failure": bool}``: log a folder;
@@ -29,8 +32,10 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from pipeline import results as res
 from pipeline import tracking
@@ -91,18 +96,61 @@ def _handle(request: dict[str, Any]) -> Any:
         return _sweep_end(request)
     if op == "flush":
         return None
+    if op == "release":  # a job about to build a large index: leave once no job is connected
+        _RELEASED.set()
+        return None
     raise ValueError(f"unknown request {op!r}")
 
 
-def serve() -> None:
-    """The tracking process: answer requests from standard input until it closes.
+#: One request at a time, whichever job sent it (each changes to its job's working folder).
+_HANDLING = threading.Lock()
+#: Set by a "release" request: the shared process leaves as soon as no job is connected.
+_RELEASED = threading.Event()
+#: Set by SIGTERM: the shared process leaves once the jobs connected now have closed.
+_STOPPING = threading.Event()
 
-    The answers own the real standard output; anything mlflow prints goes to stderr."""
-    # Ctrl-C reaches the whole process group: the job handles it and lets this process
-    # finish logging what was queued (bounded by the job's wait), so ignore it here.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    answers: Any = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+
+def _answer(line: bytes | str, journal: bool = False) -> dict[str, Any]:
+    request: Any = None
+    try:
+        request = json.loads(line)
+        with _HANDLING:
+            if request.get("cwd"):
+                os.chdir(request["cwd"])  # relative store and folder paths are the job's
+            answer = {"ok": True, "result": _handle(request)}
+    except Exception as exc:
+        text = str(exc) if isinstance(exc, (tracking.TrackingError, InputError)) else f"{type(exc).__name__}: {exc}"
+        answer = {"ok": False, "error": text}
+    if journal:  # the shared process's log: what it did for whom
+        request = request if isinstance(request, dict) else {}
+        what = " ".join(str(request[k]) for k in ("results", "sweep_dir") if k in request)
+        outcome = "ok" if answer["ok"] else f"failed: {answer['error']}"
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {request.get('op', '?')} {what} {outcome}", file=sys.stderr, flush=True)
+    return answer
+
+
+def _serve_lines(lines: Iterable[bytes | str], answers: Any, journal: bool = False) -> None:
+    """Answer each request line in order; once the asker is gone, do the rest unanswered."""
+    try:
+        for line in lines:
+            if not line.strip():
+                continue
+            answer = _answer(line, journal)
+            if answers is None:
+                continue
+            try:
+                answers.write((json.dumps(answer) + "\n").encode())
+            except OSError:  # the job is gone (a closed pipe): log what it queued, answer no more
+                try:
+                    answers.close()
+                except OSError:
+                    pass
+                answers = None
+    except ConnectionError:  # a job that closed its end with answers unread: its requests are done
+        pass
+
+
+def _warm() -> None:
     tracking.warm()  # ~4 s of imports, before the first request arrives
     # mlflow's imports leave ~270k objects for the cyclic garbage collector: its first full
     # pass then fell inside the job's first log (~0.23 s of the job's wait). Do it now,
@@ -110,25 +158,129 @@ def serve() -> None:
     gc.collect()
     gc.freeze()
 
-    for line in sys.stdin:
-        if not line.strip():
-            continue
+
+def serve() -> None:
+    """A job's own tracking process: answer requests from standard input until it closes.
+
+    The answers own the real standard output; anything mlflow prints goes to stderr."""
+    # Ctrl-C reaches the whole process group: the job handles it and lets this process
+    # finish logging what was queued (bounded by the job's wait), so ignore it here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answers: Any = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    _warm()
+    _serve_lines(sys.stdin.buffer, answers)
+
+
+#: How long a shared tracking process that is starting waits for one that is ending (and
+#: still holds the lock) to finish.
+LOCK_WAIT_S = 30.0
+
+
+def serve_shared(address: Path, idle_s: float) -> int:
+    """The shared tracking process (``tracking.shared_address``): serve every job that connects
+    to the Unix socket ``address``, each connection in a thread of its own and one request at
+    a time, until no job has been connected for ``idle_s`` seconds.
+
+    One process per address: it holds ``<address>.lock`` (flock) for its whole life, so a
+    second one started at the same moment waits for the lock, then finds the socket served
+    and ends. Leaving, it first removes the socket (so no job can connect any more), then
+    serves the jobs that connected before that to the end. A process killed outright leaves a
+    socket nobody listens on: the next job gets "connection refused" and starts a new one,
+    which removes it."""
+    import fcntl
+    import socket
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the jobs
+    signal.signal(signal.SIGTERM, lambda *_: _STOPPING.set())  # leave once the connected jobs are done
+    lock = open(str(address) + ".lock", "a")
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
         try:
-            answer = {"ok": True, "result": _handle(json.loads(line))}
-        except Exception as exc:
-            text = str(exc) if isinstance(exc, (tracking.TrackingError, InputError)) else f"{type(exc).__name__}: {exc}"
-            answer = {"ok": False, "error": text}
-        if answers is None:
-            continue
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                return 0
+            time.sleep(0.05)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(address))
+        return 0  # served already (by one that got the lock first and is still there)
+    except OSError:
+        pass
+    finally:
+        probe.close()
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")  # for `python -m pipeline.sync --stop`
+    lock.flush()
+    try:
+        address.unlink()  # left by one that was killed
+    except FileNotFoundError:
+        pass
+    try:
+        os.ftruncate(2, 0)  # the log file (stderr) is this process's alone now
+    except OSError:
+        pass  # not a file
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)
+    try:
+        server.bind(str(address))
+    finally:
+        os.umask(old_mask)
+    server.listen(64)
+    inode = address.stat().st_ino
+    _warm()
+
+    state = {"active": 0, "last": time.monotonic()}
+    done = threading.Condition()
+
+    def session(conn: Any) -> None:
         try:
-            answers.write(json.dumps(answer) + "\n")
-            answers.flush()
-        except OSError:  # the job is gone (a closed pipe): log what it queued, answer no more
-            try:
-                answers.close()
-            except OSError:
-                pass
-            answers = None
+            with conn, conn.makefile("rb") as lines, conn.makefile("wb", buffering=0) as answers:
+                _serve_lines(lines, answers, journal=True)
+        except OSError:
+            pass
+        finally:
+            with done:
+                state["active"] -= 1
+                state["last"] = time.monotonic()
+                done.notify_all()
+
+    def start(conn: Any) -> None:
+        conn.setblocking(True)
+        _RELEASED.clear()  # another job wants it
+        with done:
+            state["active"] += 1
+        threading.Thread(target=session, args=(conn,), name="job").start()
+
+    server.settimeout(0.25)
+    while True:
+        try:
+            start(server.accept()[0])
+            continue
+        except socket.timeout:
+            pass
+        if _STOPPING.is_set():
+            break
+        with done:
+            if state["active"] == 0 and (_RELEASED.is_set() or time.monotonic() - state["last"] >= idle_s):
+                break
+    try:  # no new job can connect from here on ...
+        if address.stat().st_ino == inode:
+            address.unlink()
+    except FileNotFoundError:
+        pass
+    server.setblocking(False)
+    while True:  # ... and those that connected just before are served
+        try:
+            start(server.accept()[0])
+        except (BlockingIOError, socket.timeout):
+            break
+    server.close()
+    with done:
+        done.wait_for(lambda: state["active"] == 0)
+    return 0
 
 
 def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, list[str]]:
@@ -195,7 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("folders", nargs="*", type=Path, help="job, sweep or outputs folders (default: outputs)")
     parser.add_argument("--tracking-uri", help="log to this store instead of the one each job recorded")
-    parser.add_argument("--stdin", action="store_true", help=argparse.SUPPRESS)  # the tracking process
+    parser.add_argument("--stdin", action="store_true", help=argparse.SUPPRESS)  # a job's own tracking process
+    parser.add_argument("--serve", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)  # the shared one
+    parser.add_argument("--idle", type=float, default=tracking.TRACKER_IDLE_S, help=argparse.SUPPRESS)
+    parser.add_argument("--stop", action="store_true",
+                        help="stop this user's shared tracking processes (once the jobs connected to them end) and exit")
     return parser
 
 
@@ -203,6 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.stdin:
         serve()
+        return 0
+    if args.serve is not None:
+        return serve_shared(args.serve, args.idle)
+    if args.stop:
+        stopped = tracking.stop_shared()
+        print(f"stopped {len(stopped)} shared tracking process(es)" + (f": pid {', '.join(map(str, stopped))}" if stopped else ""))
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     folders = args.folders or [Path("outputs")]

@@ -127,8 +127,13 @@ def _errors(what: str, uri: str | None = None) -> Iterator[None]:
 def client(settings: Any):
     """An MlflowClient on the configured store (a new sqlite store is created safely first)."""
     _configure_http(settings)
+    uri = str(settings.uri)
+    db = _sqlite_path(uri)
+    if db is not None and not db.is_absolute():
+        # a path relative to the working folder, which a shared tracking process changes per job
+        uri = f"sqlite:///{Path.cwd() / db}"
     try:
-        return _client(str(settings.uri))
+        return _client(uri)
     except TrackingError:
         raise
     except Exception as exc:
@@ -653,38 +658,220 @@ def finish_sweep(
 # --------------------------------------------------------------------------- the process
 
 
-class Tracker:
-    """The tracking process, ``python -m pipeline.sync --stdin``, started before the job
-    computes anything.
+def _child_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
 
-    Importing mlflow and opening a sqlite store take ~3 s of CPU; done in a process of its
-    own they overlap with loading, retrieval and scoring. Requests are JSON lines (an
-    operation and folder paths); answers come back in order, one JSON line each. A plain
-    ``python`` child, not multiprocessing, which cannot start from joblib's workers.
+
+#: The environment variable that sets how long (seconds) the shared tracking process waits
+#: for the next job before it exits; ``0`` gives every job a tracking process of its own.
+TRACKER_IDLE_ENV = "PIPELINE_TRACKER_IDLE_S"
+TRACKER_IDLE_S = 600.0
+#: How long a job waits for a shared tracking process it started to listen before it starts
+#: one of its own instead.
+SHARED_START_S = 3.0
+#: Variables that differ between shells and terminals but not in what tracking does: they do
+#: not make another shared tracking process.
+_VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "LINES", "COLUMNS", "WINDOWID", "TERM_SESSION_ID",
+                           "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TMUX_PANE", "PS1", "PROMPT_COMMAND"})
+
+
+def tracker_idle_s() -> float:
+    text = os.environ.get(TRACKER_IDLE_ENV, "").strip()
+    if not text:
+        return TRACKER_IDLE_S
+    try:
+        value = float(text)
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds: each job starts its own tracking process", TRACKER_IDLE_ENV, text)
+        return 0.0
+    return value if value > 0 else 0.0
+
+
+def shared_address() -> Path | None:
+    """The socket of this user's shared tracking process for this code, Python and environment,
+    or None when there is none to use (``PIPELINE_TRACKER_IDLE_S=0``, no Unix sockets, or a
+    folder for it that is not this user's alone).
+
+    The name hashes what the process depends on: the interpreter, this package's source
+    files (path, size, time), mlflow's installation and the environment (less
+    ``_VOLATILE_ENV``), so a job never talks to a process running other code or settings."""
+    import hashlib
+    import socket
+
+    if tracker_idle_s() <= 0 or not hasattr(socket, "AF_UNIX") or not hasattr(os, "getuid"):
+        return None
+    folder = _shared_folder()
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = folder.stat()
+        here = Path(__file__).resolve().parent
+        stamps = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(here.glob("*.py"))]
+        from importlib.util import find_spec
+
+        spec = find_spec("mlflow")
+        if spec is not None and spec.origin:
+            stamps.append((spec.origin, os.stat(spec.origin).st_mtime_ns, 0))
+    except (OSError, ImportError, ValueError):
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None  # someone else's, or open to others: never send requests through it
+    env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE_ENV)
+    key = hashlib.sha256(json.dumps([sys.executable, sys.version, str(here), stamps, env]).encode()).hexdigest()
+    path = folder / f"{key[:20]}.sock"
+    return path if len(str(path)) < 100 else None  # sun_path holds 108 bytes
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+def _shared_folder() -> Path:
+    return Path(tempfile.gettempdir()) / f"pipeline-tracking-{os.getuid()}"
+
+
+def stop_shared(wait_s: float = 30.0) -> list[int]:
+    """Ask every shared tracking process of this user to leave (SIGTERM: no new job is
+    served; the jobs connected now are served to their end) and wait up to ``wait_s`` for
+    them to exit. Returns their process ids. A lock file that no process holds names no one
+    (its process id may be another process's by now) and is left alone."""
+    import fcntl
+    import signal
+
+    folder = _shared_folder() if hasattr(os, "getuid") else None
+    stopped = []
+    for lock_path in sorted(folder.glob("*.sock.lock")) if folder is not None and folder.is_dir() else []:
+        with open(lock_path, "r+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                continue  # nobody holds it: no process serves there
+            except OSError:
+                pass
+            try:
+                pid = int(lock.read().strip() or 0)
+            except ValueError:
+                continue
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                stopped.append(pid)
+            except OSError:
+                pass
+    deadline = time.monotonic() + wait_s
+    for pid in stopped:
+        mine = [proc for proc in _STARTED if proc.pid == pid]  # a child of ours: reap it
+        if mine:
+            try:
+                mine[0].wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            continue
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.05)
+    return stopped
+
+
+def _connect(address: Path) -> Any:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(address))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _shared_tracker() -> Tracker | None:
+    """A connection to the shared tracking process, started first if none listens; None
+    when there is none to use or it did not start within ``SHARED_START_S``."""
+    address = shared_address()
+    if address is None:
+        return None
+    sock = _connect(address)
+    if sock is None:
+        with open(str(address) + ".log", "ab") as err:
+            _STARTED[:] = [subprocess.Popen(
+                [sys.executable, "-m", "pipeline.sync", "--serve", str(address), "--idle", str(tracker_idle_s())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=_child_env(),
+                cwd=str(address.parent), start_new_session=True,  # Ctrl-C in the job's terminal is not for it
+            )]  # held, not waited for: it outlives the job
+        deadline = time.monotonic() + SHARED_START_S
+        while sock is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            sock = _connect(address)
+        if sock is None:
+            log.debug("the shared tracking process did not start within %.0f s; using one of this job's own", SHARED_START_S)
+            return None
+    return Tracker(sock=sock, address=address)
+
+
+class Tracker:
+    """The job's line to a tracking process, started before the job computes anything.
+
+    Importing mlflow and opening a sqlite store take ~4 s of CPU, more than a small job
+    computes. So jobs share one tracking process, ``python -m pipeline.sync --serve SOCKET``
+    (:func:`shared_address`): the first job starts it, and it waits ``PIPELINE_TRACKER_IDLE_S``
+    (600 s) for the next job before it exits, so that a later job's logging takes a fraction
+    of a second. Where there is none to use (``PIPELINE_TRACKER_IDLE_S=0``), the job starts
+    its own, ``python -m pipeline.sync --stdin``, whose imports overlap with loading,
+    retrieval and scoring. Requests are JSON lines (an operation, folder paths and the job's
+    working folder); answers come back in order, one JSON line each. A plain ``python``
+    child, not multiprocessing, which cannot start from joblib's workers.
     """
 
-    def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    def __init__(self, sock: Any = None, address: Path | None = None) -> None:
+        self._buffer = b""  # answers read but not yet taken (os.read, so select sees every byte)
+        self._pending = 0
+        self._opened: set[str] = set()
+        self._sock, self._address, self._gone = sock, address, False
+        if sock is not None:  # a connection to the shared tracking process
+            self._proc = None
+            self._fd = sock.fileno()
+            return
         # Its own stderr file: holding the job's stderr open would keep a pipe reading the
         # job (`python -m pipeline | tee`) waiting for mlflow's shutdown after the job ends.
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.sync", "--stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, bufsize=0,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=_child_env(), bufsize=0,
         )
-        self._buffer = b""  # answers read but not yet taken (os.read, so select sees every byte)
-        self._pending = 0
-        self._opened: set[str] = set()
+        self._fd = self._proc.stdout.fileno()
+
+    @property
+    def shared(self) -> bool:
+        """True when this talks to the shared tracking process (:func:`shared_address`)."""
+        return self._sock is not None
 
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        if self._proc is not None:
+            return self._proc.poll() is None
+        if self._gone:
+            return False
+        import select
+        import socket
+
+        try:  # readable with nothing to read: the other end closed
+            if self._pending == 0 and select.select([self._fd], [], [], 0)[0]:
+                self._gone = self._sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            self._gone = True
+        return not self._gone
 
     def send(self, request: dict[str, Any]) -> None:
         """Queue a request without waiting for its answer (requests run one at a time, in order)."""
+        data = (json.dumps({**request, "cwd": os.getcwd()}) + "\n").encode()
         try:
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            if self._proc is not None:
+                self._proc.stdin.write(data)
+            else:
+                self._sock.sendall(data)
         except (BrokenPipeError, OSError, ValueError) as exc:
+            self._gone = True
             raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
         self._pending += 1
 
@@ -700,6 +887,10 @@ class Tracker:
             if line is None:
                 raise TrackingError(f"no answer from the MLflow tracking process within {timeout:.0f} s")
             if not line:
+                self._gone = True
+                if self._proc is None:
+                    raise TrackingError(f"the shared MLflow tracking process closed the connection (it died?); "
+                                        f"its log: {Path(str(self._address) + '.log')}")
                 code = self._proc.wait()
                 self._log.seek(0)
                 tail = self._log.read().decode(errors="replace")[-2000:]
@@ -716,13 +907,16 @@ class Tracker:
         """One answer line; b"" when the process is gone, None when ``deadline`` passed."""
         import select
 
-        fd = self._proc.stdout.fileno()
+        fd = self._fd
         while b"\n" not in self._buffer:
             if deadline is not None:
                 ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
                 if not ready:
                     return None
-            chunk = os.read(fd, 65536)
+            try:
+                chunk = os.read(fd, 65536)
+            except ConnectionError:
+                chunk = b""
             if not chunk:
                 return b""
             self._buffer += chunk
@@ -747,9 +941,13 @@ class Tracker:
 
     def close(self) -> None:
         """Close the pipe: the process exits on its own once every request is done, and the
-        job does not wait ~1 s for mlflow's interpreter shutdown."""
+        job does not wait ~1 s for mlflow's interpreter shutdown. The shared process finishes
+        the connection's requests and waits for the next job."""
         try:
-            self._proc.stdin.close()
+            if self._proc is not None:
+                self._proc.stdin.close()
+            else:
+                self._sock.close()
         except OSError:
             pass
 
@@ -765,7 +963,7 @@ def tracker(settings: StoreSettings | None = None) -> Tracker:
             import atexit
 
             atexit.register(lambda: [t.close() for t in _TRACKER])
-        _TRACKER[:] = [Tracker()]
+        _TRACKER[:] = [_shared_tracker() or Tracker()]
     if settings is not None:
         _TRACKER[0].open(settings)
     return _TRACKER[0]
@@ -775,9 +973,18 @@ def release() -> None:
     """Let this process's tracking process go: it finishes what it was sent, then exits, and
     the next :func:`tracker` call starts a fresh one. A job does this before building a large
     index (``pipeline.run.TRACKER_RELEASE_DOCS``), so that mlflow's ~210 MiB are not held
-    beside it; the fresh process imports mlflow while the job places, scores and writes."""
+    beside it; the fresh process imports mlflow while the job places, scores and writes.
+
+    The shared tracking process is asked to leave as soon as no job is connected to it,
+    unless another job connects first: while it serves other jobs, it stays."""
     if _TRACKER:
-        _TRACKER.pop().close()
+        done = _TRACKER.pop()
+        if done.shared:
+            try:
+                done.send({"op": "release"})
+            except TrackingError:
+                pass
+        done.close()
 
 
 def prestart() -> None:
