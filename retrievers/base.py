@@ -167,6 +167,27 @@ def top_k(scores: NDArray[np.floating], depth: int) -> Ranking:
     return padded(doc_idx, top_scores, depth)
 
 
+def top_of_row(labels: NDArray[np.integer], scores: NDArray[np.floating], depth: int) -> tuple[NDArray, NDArray]:
+    """:func:`top_k`'s rule for one row given as (label, score) pairs, e.g. the documents that
+    match a query and their scores: the best ``depth``, score desc then label asc.
+
+    ``argpartition`` picks the candidates; where labels tied with the cut-off score were left
+    out, they are chosen by label, so the result does not depend on which of them
+    ``argpartition`` kept. Returns (labels, scores) in rank order, at most ``depth`` long."""
+    if depth <= 0:
+        return labels[:0], scores[:0]
+    if len(labels) > depth:
+        part = np.argpartition(-scores, depth - 1)[:depth]
+        kth = scores[part].min()
+        if np.count_nonzero(scores == kth) > np.count_nonzero(scores[part] == kth):
+            above = np.flatnonzero(scores > kth)
+            tied = np.flatnonzero(scores == kth)
+            part = np.concatenate([above, tied[np.argsort(labels[tied], kind="stable")[: depth - len(above)]]])
+        labels, scores = labels[part], scores[part]
+    order = np.lexsort((labels, -scores))
+    return labels[order], scores[order]
+
+
 @runtime_checkable
 class Retriever(Protocol):
     """Index a corpus once, then search queries to a depth.

@@ -63,7 +63,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from retrievers.base import Ranking, top_k
+from retrievers.base import Ranking, top_k, top_of_row
 
 log = logging.getLogger(__name__)
 
@@ -755,7 +755,7 @@ class BM25Retriever:
                     full = np.zeros(len(every), np.float32)
                     full[np.searchsorted(every, idx)] = val
                     idx, val = every, full
-                doc, score = _rank_hits(idx, val, depth)
+                doc, score = top_of_row(idx, val, depth)
                 out.doc_idx[s + r, : len(doc)] = doc
                 out.scores[s + r, : len(doc)] = score
         return out
@@ -763,19 +763,3 @@ class BM25Retriever:
     def _check_indexed(self) -> None:
         if self._weights is None:
             raise RuntimeError("call index() before search()")
-
-
-def _rank_hits(idx: NDArray[np.integer], val: NDArray[np.float32], depth: int) -> tuple[NDArray, NDArray]:
-    """The best ``depth`` of one query's hits, score desc then document index asc (``top_k``'s
-    order): ``argpartition`` picks them; documents tied at the cut-off score are chosen by
-    index, so the result does not depend on which of them ``argpartition`` kept."""
-    if len(idx) > depth:
-        part = np.argpartition(-val, depth - 1)[:depth]
-        kth = val[part].min()
-        if np.count_nonzero(val == kth) > np.count_nonzero(val[part] == kth):
-            above = np.flatnonzero(val > kth)
-            tied = np.flatnonzero(val == kth)
-            part = np.concatenate([above, tied[np.argsort(idx[tied], kind="stable")[: depth - len(above)]]])
-        idx, val = idx[part], val[part]
-    order = np.lexsort((idx, -val))
-    return idx[order], val[order]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrievers.base import Ranking, load_or_compute_ranking, padded, rows_to_ranking, top_k
+from retrievers.base import Ranking, load_or_compute_ranking, padded, rows_to_ranking, top_k, top_of_row
 
 
 def test_rows_to_ranking_orders_by_score_then_ties_by_row_order_and_pads():
@@ -57,6 +57,21 @@ def test_rows_to_ranking_equals_a_plain_sort(pairs, depth, doc_ties):
         rows.sort(key=lambda i: (-scores[i], doc[i] if doc_ties else i))
         want = [int(doc[i]) for i in rows[:depth]]
         assert got.doc_idx[q].tolist() == want + [-1] * (depth - len(want))
+
+
+@given(st.integers(0, 60), st.integers(0, 70), st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_top_of_row_is_top_k_for_labelled_rows(n, depth, levels, seed):
+    """The sparse path's rule (a query's matching documents only, labelled by index) and the
+    dense one (``top_k`` over a whole row) give the same ranking, ties at the cut-off included."""
+    rng = np.random.default_rng(seed)
+    row = rng.integers(0, levels, n).astype(np.float32)  # few levels: many ties
+    labels = rng.permutation(n).astype(np.int64)  # labels in no particular order
+    scores = row[labels]
+    got_labels, got_scores = top_of_row(labels, scores, depth)
+    want = sorted(range(n), key=lambda i: (-row[i], i))[:depth]
+    assert got_labels.tolist() == want and got_scores.tolist() == [float(row[i]) for i in want]
+    dense = top_k(row[None, :], depth)
+    assert dense.doc_idx[0][: len(want)].tolist() == want
 
 
 def test_padded_widens_with_nothing_and_keeps_wider_arrays():
