@@ -270,6 +270,9 @@ def run(cfg: DictConfig) -> float:
     if settings is not None and ctx.sweep_dir is None and (note := tracking.new_store_note(settings.uri)):
         print(note)  # a sweep says it once, before its jobs (pipeline.sweep)
     tracker = tracking.tracker(settings) if settings is not None else None
+    if tracker is not None and tracker.started:  # (python -m pipeline starts it before logging is set up)
+        log.info("%s", tracker.started)
+        tracker.started = None
     # Without one, a figure process imports matplotlib meanwhile and draws the figures (pipeline.plots).
     figures = plots.figure_process() if tracker is None else None
 

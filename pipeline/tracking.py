@@ -793,6 +793,7 @@ def _shared_tracker() -> Tracker | None:
     if address is None:
         return None
     sock = _connect(address)
+    started = None
     if sock is None:
         with open(str(address) + ".log", "ab") as err:
             _STARTED[:] = [subprocess.Popen(
@@ -800,6 +801,8 @@ def _shared_tracker() -> Tracker | None:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=_child_env(),
                 cwd=str(address.parent), start_new_session=True,  # Ctrl-C in the job's terminal is not for it
             )]  # held, not waited for: it outlives the job
+        started = (f"started the shared tracking process (pid {_STARTED[0].pid}, {address}); it exits after "
+                   f"{tracker_idle_s():.0f} s without a job (python -m pipeline.sync --stop stops it)")
         deadline = time.monotonic() + SHARED_START_S
         while sock is None and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -807,7 +810,9 @@ def _shared_tracker() -> Tracker | None:
         if sock is None:
             log.debug("the shared tracking process did not start within %.0f s; using one of this job's own", SHARED_START_S)
             return None
-    return Tracker(sock=sock, address=address)
+    tracker = Tracker(sock=sock, address=address)
+    tracker.started = started
+    return tracker
 
 
 class Tracker:
@@ -829,6 +834,8 @@ class Tracker:
         self._pending = 0
         self._opened: set[str] = set()
         self._sock, self._address, self._gone = sock, address, False
+        #: What the job should log once its logging is set up: it started the shared process.
+        self.started: str | None = None
         if sock is not None:  # a connection to the shared tracking process
             self._proc = None
             self._fd = sock.fileno()

@@ -80,6 +80,9 @@ def test_jobs_share_one_tracking_process_each_logging_into_its_own_relative_stor
         assert "MLflow run " in done.stdout
     assert len(_runs(a / "outputs" / "mlflow.db")) == 2
     assert len(_runs(b / "outputs" / "mlflow.db")) == 1
+    started = [(cwd / "outputs" / f"job{i}" / "pipeline.log").read_text().count("started the shared tracking process")
+               for i, cwd in enumerate((a, b, a))]
+    assert started == [1, 0, 0]  # the first job says so in its log; the others found it running
     folder = shared_tmp / f"pipeline-tracking-{os.getuid()}"
     journal = next(folder.glob("*.sock.log")).read_text()
     logged = [line for line in journal.splitlines() if " log " in line]
