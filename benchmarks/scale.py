@@ -578,7 +578,7 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
     ax_c.set(xscale="log", yscale="log", xlabel="documents", ylabel="CPU time (s)",
              title="CPU time per stage (user + system)")
     ax_m.set(xscale="log", yscale="log", xlabel="documents", ylabel="peak RSS (MiB)",
-             title="peak memory of the stage's process")
+             title="peak memory of the stage (its process and children)")
     for ax in (ax_t, ax_c, ax_m):
         ax.grid(True, which="both", alpha=0.3)
     ax_c.legend(fontsize=7, ncol=2)

@@ -670,10 +670,14 @@ TRACKER_IDLE_S = 600.0
 #: How long a job waits for a shared tracking process it started to listen before it starts
 #: one of its own instead.
 SHARED_START_S = 3.0
-#: Variables that differ between shells and terminals but not in what tracking does: they do
-#: not make another shared tracking process.
+#: Variables that differ between shells, terminals, launchers' jobs and workers but not in
+#: what tracking does: they do not make another shared tracking process (a sweep's parallel
+#: jobs, each with its own SLURM_JOB_ID or SUBMITIT_* or thread limits, share one).
 _VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "LINES", "COLUMNS", "WINDOWID", "TERM_SESSION_ID",
-                           "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TMUX_PANE", "PS1", "PROMPT_COMMAND"})
+                           "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TMUX_PANE", "PS1", "PROMPT_COMMAND",
+                           "CUDA_VISIBLE_DEVICES"})
+_VOLATILE_ENV_PREFIXES = ("SLURM_", "SUBMITIT_", "LOKY_", "JOBLIB_", "PBS_", "LSB_", "SGE_", "PMI_", "OMPI_",
+                          "OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_", "VECLIB_", "KMP_", "PYTEST_")
 
 
 def tracker_idle_s() -> float:
@@ -695,7 +699,8 @@ def shared_address() -> Path | None:
 
     The name hashes what the process depends on: the interpreter, this package's source
     files (path, size, time), mlflow's installation and the environment (less
-    ``_VOLATILE_ENV``), so a job never talks to a process running other code or settings."""
+    ``_VOLATILE_ENV`` and ``_VOLATILE_ENV_PREFIXES``), so a job never talks to a process
+    running other code or settings."""
     import hashlib
     import socket
 
@@ -716,7 +721,8 @@ def shared_address() -> Path | None:
         return None
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None  # someone else's, or open to others: never send requests through it
-    env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE_ENV)
+    env = sorted((k, v) for k, v in os.environ.items()
+                 if k not in _VOLATILE_ENV and not k.startswith(_VOLATILE_ENV_PREFIXES))
     key = hashlib.sha256(json.dumps([sys.executable, sys.version, str(here), stamps, env]).encode()).hexdigest()
     path = folder / f"{key[:20]}.sock"
     return path if len(str(path)) < 100 else None  # sun_path holds 108 bytes

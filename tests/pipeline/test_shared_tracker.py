@@ -132,6 +132,8 @@ def test_no_shared_process_where_it_is_off_or_its_folder_is_not_private(shared_t
     assert tracking.shared_address() != base  # another environment: another process
     monkeypatch.delenv("SOME_SETTING")
     monkeypatch.setenv("PWD", "/elsewhere")  # differs between shells, not in what tracking does
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")  # differs between a sweep's jobs
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # set in joblib's workers
     assert tracking.shared_address() == base
     folder = shared_tmp / f"pipeline-tracking-{os.getuid()}"
     folder.chmod(0o755)  # others could put a socket there
