@@ -35,7 +35,7 @@ another's memory:
   converts that to documents of the corpus's mean length). HNSW recall@100 = the mean over queries of |HNSW top 100 & exact top 100| / 100;
   also reported for the ``--ef-sweep`` values of ``efSearch``. The HNSW graph is built only
   up to ``--hnsw-max-docs`` (its build on random 384-d vectors grew like n^1.5 from 10k to
-  100k, which puts 1M at about an hour on 2 cores).
+  100k, which puts 1M at about two hours on 2 cores).
 - ``job``: a real ``python -m pipeline dataset=beir retriever=bm25 k=10 k_max=100
   tracking=local`` (load -> index -> search -> place -> score -> write -> track into a fresh
   sqlite store), its wall time from start to exit (imports included), its own stage timings
