@@ -148,3 +148,36 @@ def test_no_shared_process_where_it_is_off_or_its_folder_is_not_private(shared_t
     t = tracking.tracker()  # falls back to a tracking process of the job's own
     assert not t.shared and t.alive()
     t.close()
+
+
+def test_two_started_at_once_make_one_and_it_leaves_when_idle(shared_tmp):
+    """Two ``--serve`` processes for one socket: one serves (it holds the lock), the other
+    waits; once no job has been connected for ``--idle`` seconds, the one serving removes its
+    socket and exits, and the waiting one takes over and does the same."""
+    folder = shared_tmp / "s"
+    folder.mkdir(mode=0o700)
+    address = folder / "x.sock"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "pipeline.sync", "--serve", str(address), "--idle", "1"]
+    procs = [subprocess.Popen(cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        deadline, sock = time.monotonic() + 30, None
+        while sock is None and time.monotonic() < deadline:
+            sock = tracking._connect(address)
+            time.sleep(0.02)
+        assert sock is not None
+        job = tracking.Tracker(sock=sock, address=address)
+        assert job.call({"op": "flush"}, timeout=120) is None
+        serving = int((folder / "x.sock.lock").read_text())
+        assert serving in [p.pid for p in procs]
+        assert all(p.poll() is None for p in procs)  # the other one waits for the lock
+        job.close()
+        for p in procs:
+            assert p.wait(timeout=90) == 0
+        assert not address.exists()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
