@@ -6,6 +6,16 @@ import signal
 import os
 import sys
 
+#: Arguments after which Hydra prints and exits, without a job.
+_NO_JOB = {"--help", "-h", "--cfg", "-c", "--info", "--hydra-help"}
+
+if __name__ == "__main__" and "tracking=none" in sys.argv[1:] and not _NO_JOB & set(sys.argv[1:]):
+    # The figure process imports matplotlib (~1 s) while this one imports Hydra, SciPy and
+    # the stages below and the job computes (a tracked job's tracking process draws instead).
+    from pipeline import plots
+
+    plots.figure_process()
+
 import hydra
 from omegaconf import DictConfig
 
@@ -37,7 +47,7 @@ def check_command_line(argv: list[str]) -> None:
 if __name__ == "__main__":
     console.setup()  # before torch/transformers: no progress bars or colour where no terminal
     check_command_line(sys.argv[1:])
-    if not {"tracking=none", "--help", "-h", "--cfg", "-c", "--info", "--hydra-help"} & set(sys.argv[1:]):
+    if not {"tracking=none", *_NO_JOB} & set(sys.argv[1:]):
         tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
     if {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(sys.argv[1:]):  # (a single job composes once)
         compose_each_job_once()  # a sweep composes each job's config once, not twice
