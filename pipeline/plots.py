@@ -584,12 +584,25 @@ class FigureProcess:
         return None if answer.get("ok") else str(answer.get("error"))
 
     def close(self) -> None:
-        """Close the pipe: the process exits once its queued figures are drawn."""
+        """Close the pipe: the process exits once its queued figures are drawn.
+
+        Figures queued and never waited for (a job that failed after queuing them) are waited
+        for first, up to ``CLOSE_WAIT_S``: nothing is written into a job's folder after the job
+        has ended, and no temporary file is left half-written when it exits."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while self._pending and self.alive():
+            self._pending.pop(0)
+            if self._answer(deadline) is not None:
+                break
+        self._pending.clear()
         try:
             self._proc.stdin.close()
         except OSError:
             pass
 
+
+#: Seconds a job that ends with figures queued (and not waited for) waits for them.
+CLOSE_WAIT_S = 30.0
 
 _FIGURES: list[FigureProcess] = []  # this process's figure process (a sequential sweep reuses it)
 
