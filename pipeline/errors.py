@@ -24,10 +24,6 @@ class InputError(Exception):
             where += ": "
         super().__init__(f"error: {where}{problem}")
 
-    def __reduce__(self) -> tuple:
-        # pickled as its three parts (the default would pass the whole message as ``problem``)
-        return (type(self), (self.problem, self.path, self.line))
-
 
 def positive_int(text: str) -> int:
     """An argparse ``type=`` for counts: an integer >= 1 (argparse turns the error into

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import json
 import os
-import pickle
 import re
 import signal
 import sys
@@ -105,12 +105,15 @@ def _can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def _call_apart(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` run in a forked child process: its result, pickled back through a pipe,
-    or its exception raised here.
+def _call_apart(fn: Callable[..., tuple[Any, list[NDArray]]], *args: Any) -> tuple[Any, list[NDArray]]:
+    """``fn(*args)`` run in a forked child process: its result, ``(meta, arrays)``, sent back
+    through a pipe, or its exception raised here.
 
     The child shares the parent's memory (copy on write), so ``args`` are not copied, and
-    whatever the call allocates goes back to the system when the child exits. The child
+    whatever the call allocates goes back to the system when the child exits. The result
+    crosses as data only, never pickled: ``meta`` as JSON, then each numpy array's raw bytes
+    (its dtype and shape in the JSON). An exception comes back as an ``InputError`` (its
+    problem, file and line) or else a RuntimeError carrying the child's traceback. The child
     dies with the parent (``PR_SET_PDEATHSIG``); if it dies first (killed, out of memory),
     this raises RuntimeError saying how it ended."""
     parent = os.getpid()
@@ -122,11 +125,16 @@ def _call_apart(fn: Callable[..., Any], *args: Any) -> Any:
             os.close(read_fd)
             _die_with(parent)
             try:
-                payload = pickle.dumps((True, fn(*args)), protocol=pickle.HIGHEST_PROTOCOL)
+                meta, arrays = fn(*args)
+                arrays = [np.ascontiguousarray(a) for a in arrays]
+                head: dict[str, Any] = {"meta": meta, "arrays": [[a.dtype.str, list(a.shape)] for a in arrays]}
             except BaseException as exc:  # every exception goes to the parent
-                payload = _pickled_error(exc)
+                head, arrays = {"error": _error_record(exc)}, []
             with os.fdopen(write_fd, "wb") as out:
-                out.write(payload)
+                header = json.dumps(head).encode()
+                out.write(len(header).to_bytes(8, "little") + header)
+                for a in arrays:
+                    out.write(memoryview(a).cast("B"))
             status = 0
         finally:
             for stream in (sys.stdout, sys.stderr):
@@ -152,24 +160,36 @@ def _call_apart(fn: Callable[..., Any], *args: Any) -> Any:
         how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         raise RuntimeError(f"the child process of {getattr(fn, '__qualname__', fn)} ended ({how}) "
                            "without a result; if it was killed, the system may be short of memory")
-    ok, value = pickle.loads(payload)
-    if not ok:
-        raise value
-    return value
+    size = int.from_bytes(payload[:8], "little")
+    head = json.loads(payload[8 : 8 + size])
+    if "error" in head:
+        raise _error_from(head["error"])
+    out, at = [], 8 + size
+    for dtype, shape in head["arrays"]:
+        a = np.frombuffer(payload, np.dtype(dtype), count=int(np.prod(shape, dtype=np.int64)), offset=at)
+        out.append(a.reshape(shape))
+        at += a.nbytes
+    if at != len(payload):
+        raise RuntimeError(f"the child process sent {len(payload)} bytes where {at} were announced")
+    return head["meta"], out
 
 
-def _pickled_error(exc: BaseException) -> bytes:
-    """``exc`` pickled, if it comes back as an exception of its type with its message;
-    otherwise a RuntimeError carrying the child's traceback."""
-    try:
-        payload = pickle.dumps((False, exc), protocol=pickle.HIGHEST_PROTOCOL)
-        back = pickle.loads(payload)[1]
-        if type(back) is type(exc) and str(back) == str(exc):
-            return payload
-    except Exception:
-        pass
+def _error_record(exc: BaseException) -> dict[str, Any]:
+    """What the parent needs to raise ``exc`` again (:func:`_error_from`)."""
+    from pipeline.errors import InputError
+
+    if isinstance(exc, InputError):
+        return {"type": "InputError", "problem": exc.problem, "path": exc.path, "line": exc.line}
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return pickle.dumps((False, RuntimeError(f"in the child process:\n{text}")))
+    return {"type": "RuntimeError", "text": f"in the child process:\n{text}"}
+
+
+def _error_from(record: dict[str, Any]) -> Exception:
+    from pipeline.errors import InputError
+
+    if record["type"] == "InputError":
+        return InputError(record["problem"], record["path"], record["line"])
+    return RuntimeError(record["text"])
 
 
 def _die_with(parent: int) -> None:
@@ -365,6 +385,23 @@ class _Spill:
             self._warn(exc)
             self._batches.append(list(arrays))
 
+    def describe(self) -> tuple[list[Any], list[NDArray]]:
+        """The batches as JSON-able data plus the arrays of those held in memory (``restore``)."""
+        meta, held = [], []
+        for batch in self._batches:
+            if isinstance(batch, list):
+                meta.append({"held": list(range(len(held), len(held) + len(batch)))})
+                held.extend(batch)
+            else:
+                offset, shapes = batch
+                meta.append({"offset": offset, "shapes": [[dtype.str, count] for dtype, count in shapes]})
+        return meta, held
+
+    def restore(self, meta: list[Any], held: list[NDArray]) -> None:
+        """The batches that ``describe`` gave (in another process, writing to this file)."""
+        self._batches = [[held[i] for i in b["held"]] if "held" in b
+                         else (int(b["offset"]), [(np.dtype(d), int(c)) for d, c in b["shapes"]]) for b in meta]
+
     def __iter__(self) -> Iterator[tuple[NDArray, ...]]:
         for batch in self._batches:
             if isinstance(batch, list):
@@ -408,6 +445,19 @@ class Vocabulary:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    def arrays(self) -> list[NDArray]:
+        """The blob, offsets and ids as numpy arrays (``from_arrays`` makes it again)."""
+        return [np.frombuffer(self._blob, np.uint8), np.frombuffer(self._offsets, np.int64),
+                np.frombuffer(self._ids, np.int64)]
+
+    @classmethod
+    def from_arrays(cls, blob: NDArray, offsets: NDArray, ids: NDArray) -> Vocabulary:
+        vocab = cls([], [])
+        vocab._blob = np.ascontiguousarray(blob, np.uint8).tobytes()
+        vocab._offsets = array("q", np.ascontiguousarray(offsets, np.int64).tobytes())
+        vocab._ids = array("q", np.ascontiguousarray(ids, np.int64).tobytes())
+        return vocab
 
     def get(self, term: str, default: int) -> int:
         key = term.encode("utf-8", "surrogatepass")
@@ -530,7 +580,7 @@ class BM25Retriever:
         parts = _Spill()
         try:
             if n_docs >= _TOKENIZE_APART_MIN_DOCS and _can_fork() and parts.open():
-                vocab, final, doc_len, parts._batches = _call_apart(self._tokenize_apart, doc_texts, parts)
+                vocab, final, doc_len = self._tokenized(*_call_apart(self._tokenize_apart, doc_texts, parts), parts)
             else:
                 vocab, final, doc_len = self._tokenize(doc_texts, parts)
             release_free_memory()  # the token strings' and dicts' memory, before the CSR arrays are made
@@ -538,11 +588,22 @@ class BM25Retriever:
         finally:
             parts.close()
 
-    def _tokenize_apart(self, doc_texts: Sequence[str], parts: _Spill) -> tuple[Any, ...]:
-        """``_tokenize`` in the child process: the postings written to the parent's file."""
+    def _tokenize_apart(self, doc_texts: Sequence[str], parts: _Spill) -> tuple[dict[str, Any], list[NDArray]]:
+        """``_tokenize`` in the child process, as ``_call_apart`` sends it back: the vocabulary's
+        three arrays, the term map and the lengths; the postings are in the parent's file
+        (described in ``meta``; any batch the file could not take comes as arrays too)."""
         vocab, final, doc_len = self._tokenize(doc_texts, parts)
         parts.flush()
-        return vocab, final, doc_len, parts._batches
+        meta, arrays = parts.describe()
+        return meta, [*vocab.arrays(), final, doc_len, *arrays]
+
+    @staticmethod
+    def _tokenized(meta: dict[str, Any], arrays: list[NDArray],
+                   parts: _Spill) -> tuple[Vocabulary, NDArray[np.int32], NDArray[np.float64]]:
+        """``_tokenize_apart``'s result back in this process (``parts`` learns its batches)."""
+        blob, offsets, ids, final, doc_len, *held = arrays
+        parts.restore(meta, held)
+        return Vocabulary.from_arrays(blob, offsets, ids), final, doc_len
 
     def _tokenize(
         self, doc_texts: Sequence[str], parts: _Spill

@@ -371,7 +371,7 @@ def _raise_input_error():
     raise InputError("corpus file changed since it was loaded (x)", "/data/corpus.jsonl", 12)
 
 
-def _raise_unpicklable():
+def _raise_other():
     class Local(Exception):
         pass
 
@@ -384,23 +384,68 @@ def _killed():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _pid_and(*arrays):
+    return {"pid": os.getpid(), "note": "é"}, list(arrays)
+
+
 @pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
 def test_call_apart_returns_the_childs_result_or_raises_what_happened_there():
+    """The result crosses as JSON and raw array bytes (never pickled): its metadata, arrays of
+    any dtype and shape (more than a pipe holds at once), and exceptions as what they were."""
     from pipeline.errors import InputError
     from retrievers.bm25 import _call_apart
 
-    assert _call_apart(os.getpid) != os.getpid()
-    big = np.arange(3_000_000, dtype=np.int64)  # 24 MB: more than a pipe holds at once
-    np.testing.assert_array_equal(_call_apart(np.add, big, 1), big + 1)
+    big = np.arange(3_000_000, dtype=np.int64)  # 24 MB
+    small = np.array([[1.5, -2.0], [0.25, 3.0]], np.float32)
+    meta, arrays = _call_apart(_pid_and, big + 1, small, np.zeros(0, np.uint16), np.frombuffer(b"ab\xc3", np.uint8))
+    assert meta["pid"] != os.getpid() and meta["note"] == "é"
+    assert [(a.dtype, a.shape) for a in arrays] == [(np.dtype(np.int64), (3_000_000,)), (np.dtype(np.float32), (2, 2)),
+                                                   (np.dtype(np.uint16), (0,)), (np.dtype(np.uint8), (3,))]
+    np.testing.assert_array_equal(arrays[0], big + 1)
+    np.testing.assert_array_equal(arrays[1], small)
+    assert arrays[3].tobytes() == b"ab\xc3"
     with pytest.raises(InputError) as err:
         _call_apart(_raise_input_error)
     assert (err.value.problem, err.value.path, err.value.line) == (
         "corpus file changed since it was loaded (x)", "/data/corpus.jsonl", 12)
     assert str(err.value) == "error: /data/corpus.jsonl:12: corpus file changed since it was loaded (x)"
     with pytest.raises(RuntimeError, match=r"(?s)in the child process:.*Local: made in the child"):
-        _call_apart(_raise_unpicklable)
+        _call_apart(_raise_other)
     with pytest.raises(RuntimeError, match=r"_killed ended \(killed by signal SIGKILL\) without a result"):
         _call_apart(_killed)
+
+
+@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
+def test_postings_the_childs_file_refused_come_back_as_arrays(corpus, monkeypatch):
+    """The temporary file opens but every write fails (a disk that fills up): the child keeps
+    the postings in memory and sends them back with the rest; the index is the same."""
+    import tempfile
+
+    import retrievers.bm25 as bm25
+
+    ids = [str(i) for i in range(len(corpus))]
+    monkeypatch.setattr(bm25, "_INDEX_BATCH", 64)
+    here = BM25Retriever(method="bm25+")
+    here.index(ids, corpus)
+    real = tempfile.TemporaryFile
+
+    class Full:
+        def __init__(self, *args, **kwargs):
+            self._f = real(*args, **kwargs)
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", Full)
+    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", 0)
+    apart = BM25Retriever(method="bm25+")
+    apart.index(ids, corpus)
+    assert apart._vocab == here._vocab
+    for part in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(apart._weights, part), getattr(here._weights, part))
 
 
 @pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
