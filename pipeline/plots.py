@@ -523,12 +523,12 @@ class FigureProcess:
     """
 
     def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        from pipeline.console import child_env
+
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.plots", "--stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, bufsize=0,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=child_env(), bufsize=0,
         )
         self._pending: list[tuple[Path, dict[str, list[float]], int, str]] = []
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 import numpy as np
 
 from pipeline import results as res
+from pipeline.console import child_env
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -658,11 +659,6 @@ def finish_sweep(
 # --------------------------------------------------------------------------- the process
 
 
-def _child_env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-
-
 #: The environment variable that sets how long (seconds) the shared tracking process waits
 #: for the next job before it exits; ``0`` gives every job a tracking process of its own.
 TRACKER_IDLE_ENV = "PIPELINE_TRACKER_IDLE_S"
@@ -804,7 +800,7 @@ def _shared_tracker() -> Tracker | None:
         with open(str(address) + ".log", "ab") as err:
             _STARTED[:] = [subprocess.Popen(
                 [sys.executable, "-m", "pipeline.sync", "--serve", str(address), "--idle", str(tracker_idle_s())],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=_child_env(),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=child_env(),
                 cwd=str(address.parent), start_new_session=True,  # Ctrl-C in the job's terminal is not for it
             )]  # held, not waited for: it outlives the job
         started = (f"started the shared tracking process (pid {_STARTED[0].pid}, {address}); it exits after "
@@ -851,7 +847,7 @@ class Tracker:
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.sync", "--stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=_child_env(), bufsize=0,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=child_env(), bufsize=0,
         )
         self._fd = self._proc.stdout.fileno()
 

@@ -374,16 +374,16 @@ class _Spill:
             self._file.flush()
 
     def append(self, *arrays: NDArray) -> None:
-        try:
-            if self._file is None:
-                self._file = tempfile.TemporaryFile(prefix="bm25-postings-")
-            offset = self._file.seek(0, os.SEEK_END)
-            for a in arrays:
-                self._file.write(memoryview(np.ascontiguousarray(a)).cast("B"))
-            self._batches.append((offset, [(a.dtype, len(a)) for a in arrays]))
-        except OSError as exc:
-            self._warn(exc)
-            self._batches.append(list(arrays))
+        if self._file is not None or self.open():
+            try:
+                offset = self._file.seek(0, os.SEEK_END)
+                for a in arrays:
+                    self._file.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+                self._batches.append((offset, [(a.dtype, len(a)) for a in arrays]))
+                return
+            except OSError as exc:
+                self._warn(exc)
+        self._batches.append(list(arrays))
 
     def describe(self) -> tuple[list[Any], list[NDArray]]:
         """The batches as JSON-able data plus the arrays of those held in memory (``restore``)."""
