@@ -9,7 +9,9 @@ process hands its figures to a figure process, ``python -m pipeline.plots --stdi
 (:class:`FigureProcess`), started when the job starts: it imports matplotlib while the job
 computes and draws while the job writes its other results; the job waits for the figures
 before it writes its record, and draws them itself if that process failed. With a tracking
-process, that process draws the figures a sequential sweep's jobs leave to it.
+process, that process draws the figures a sequential sweep's jobs leave to it, and those
+of a single job that finds the shared tracking process running
+(``pipeline.tracking.TrackerFigures``); every other job draws its own.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: Display names for the curve keys of the MLflow contract (curve/<key>), from the metric table.
 CURVE_LABELS = {name: LABELS[name] for name in CURVES}
+#: The files :func:`save_run_figures` writes in a run's ``plots`` folder.
+RUN_FIGURES = ("k_sweep.png", "precision_recall.png")
 
 
 def _figure(**kwargs: Any) -> Figure:
@@ -357,7 +361,7 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
             _REUSED[pr_key]._pipeline_update(curves["precision"], curves["recall"], title)
         else:
             _REUSED[pr_key] = pr_curve_figure(curves["precision"], curves["recall"], title)
-        figures = {"k_sweep.png": _REUSED[k_key], "precision_recall.png": _REUSED[pr_key]}
+        figures = dict(zip(RUN_FIGURES, (_REUSED[k_key], _REUSED[pr_key])))
         for name, figure in figures.items():
             with atomic_open(folder / name, "wb") as fh:
                 _render_png(figure, fh)

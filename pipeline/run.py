@@ -270,11 +270,15 @@ def run(cfg: DictConfig) -> float:
     if settings is not None and ctx.sweep_dir is None and (note := tracking.new_store_note(settings.uri)):
         print(note)  # a sweep says it once, before its jobs (pipeline.sweep)
     tracker = tracking.tracker(settings) if settings is not None else None
+    # A single job that finds the shared tracking process running hands it its figures
+    # (matplotlib is loaded there); one that started it, or a sweep's job, draws its own.
+    hand_over = (tracker if tracker is not None and tracker.shared and not tracker.started
+                 and ctx.sweep_dir is None else None)
     if tracker is not None and tracker.started:  # (python -m pipeline starts it before logging is set up)
         log.info("%s", tracker.started)
         tracker.started = None
     # Without one, a figure process imports matplotlib meanwhile and draws the figures (pipeline.plots).
-    figures = plots.figure_process() if tracker is None else None
+    figures: Any = plots.figure_process() if tracker is None else None
 
     with _timed(timings, "load"):
         collection = load(cfg)
@@ -300,6 +304,8 @@ def run(cfg: DictConfig) -> float:
                 stage, chunk_ranking.doc_idx, chunk_ranking.scores, depth)))
     if tracker is not None:
         tracker = tracking.tracker(settings)  # the same one, or a fresh one if it was released
+        if tracker is hand_over:
+            figures = tracking.TrackerFigures(tracker)
     with _timed(timings, "place"):
         curve, strategy = _computing(lambda: (instantiate(cfg.attention), instantiate(cfg.reorder)))
         placed = _computing(lambda: place(chunk_ranking.doc_idx, cfg.k, strategy, curve(cfg.k)))

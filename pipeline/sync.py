@@ -19,7 +19,10 @@ order; every request also carries the job's working folder (``"cwd"``):
 - ``{"op": "open", "tracking": {...}}``: open (create) the store;
 - ``{"op": "log", "results": DIR, "tracking": {...}, "note_failure": bool}``: log a folder;
 - ``{"op": "sweep_start", "sweep_dir": DIR, "experiment": NAME, "sweep_id": ID, "tags": {...}, "tracking": {...}}``;
-- ``{"op": "sweep_end", "sweep_dir": DIR, "objective": KEY, "status": S, "tracking": {...}}``.
+- ``{"op": "sweep_end", "sweep_dir": DIR, "objective": KEY, "status": S, "tracking": {...}}``;
+- ``{"op": "draw", "folder": DIR, "curves": {...}, "k": K, "title": T}``: a job's figures
+  (``pipeline.plots.save_run_figures``; ``tracking.TrackerFigures``);
+- ``{"op": "flush"}``: nothing; its answer says every earlier request is done.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from pipeline import results as res
 from pipeline import tracking
@@ -94,6 +99,12 @@ def _handle(request: dict[str, Any]) -> Any:
         return _sweep_start(request)
     if op == "sweep_end":
         return _sweep_end(request)
+    if op == "draw":
+        from pipeline.plots import save_run_figures
+
+        curves = {key: np.asarray(values, np.float64) for key, values in request["curves"].items()}
+        save_run_figures(Path(request["folder"]), curves, int(request["k"]), str(request["title"]))
+        return None
     if op == "flush":
         return None
     if op == "release":  # a job about to build a large index: leave once no job is connected
@@ -123,7 +134,7 @@ def _answer(line: bytes | str, journal: bool = False) -> dict[str, Any]:
         answer = {"ok": False, "error": text}
     if journal:  # the shared process's log: what it did for whom
         request = request if isinstance(request, dict) else {}
-        what = " ".join(str(request[k]) for k in ("results", "sweep_dir") if k in request)
+        what = " ".join(str(request[k]) for k in ("results", "sweep_dir", "folder") if k in request)
         outcome = "ok" if answer["ok"] else f"failed: {answer['error']}"
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {request.get('op', '?')} {what} {outcome}", file=sys.stderr, flush=True)
     return answer
@@ -157,6 +168,21 @@ def _warm() -> None:
     # while the job computes, and move them out of its sight (they live as long as we do).
     gc.collect()
     gc.freeze()
+
+
+def _load_plots() -> None:
+    """Import matplotlib for the figures jobs hand over (``draw``), once the first job is done:
+    ~1 s that no job waits for after that. Holds the request lock meanwhile."""
+    with _HANDLING:
+        if "pipeline.plots" in sys.modules:
+            return
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+
+        import pipeline.plots  # noqa: F401
+
+        gc.collect()
+        gc.freeze()
 
 
 def serve() -> None:
@@ -246,6 +272,9 @@ def serve_shared(address: Path, idle_s: float) -> int:
                 state["active"] -= 1
                 state["last"] = time.monotonic()
                 done.notify_all()
+                idle = state["active"] == 0
+            if idle and "pipeline.plots" not in sys.modules:
+                threading.Thread(target=_load_plots, name="plots").start()
 
     def start(conn: Any) -> None:
         conn.setblocking(True)

@@ -961,6 +961,47 @@ class Tracker:
             pass
 
 
+class TrackerFigures:
+    """A single job's figures, drawn by the shared tracking process when it is already running.
+
+    There matplotlib is imported once (:func:`pipeline.sync.serve_shared` loads it once its
+    first job is done), not in every job: that import was ~1 s of a warm single job's 2.7 s.
+    The interface of ``pipeline.plots.FigureProcess``: :meth:`draw` queues the request and
+    returns, :meth:`wait` returns once the figures are on disk, drawn here when the tracking
+    process failed, died or took longer than ``timeout`` (``mkstemp`` names: two writers of
+    one figure never meet)."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self._tracker = tracker
+        self._queued: list[tuple[Path, dict[str, list[float]], int, str]] = []
+
+    def draw(self, folder: str | Path, curves: Mapping[str, Any], k: int, title: str) -> None:
+        request = (Path(folder).resolve(), {key: np.asarray(v, np.float64).tolist() for key, v in curves.items()},
+                   int(k), str(title))
+        self._queued.append(request)
+        try:
+            self._tracker.send({"op": "draw", "folder": str(request[0]), "curves": request[1], "k": request[2],
+                                "title": request[3]})
+        except TrackingError:
+            pass  # wait() draws them here
+
+    def wait(self, timeout: float = 120.0) -> None:
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        from pipeline import plots
+
+        reason = "the tracking process did not draw them"
+        try:  # answered in order: once "flush" is, every draw before it is done (or failed)
+            self._tracker.call({"op": "flush"}, timeout=timeout)
+        except TrackingError as err:
+            reason = f"no answer from the tracking process ({err})"
+        for folder, curves, k, title in queued:
+            if not all((folder / name).is_file() for name in plots.RUN_FIGURES):
+                log.warning("%s; drawing the figures in %s here", reason, folder)
+                plots.save_run_figures(folder, {key: np.asarray(v) for key, v in curves.items()}, k, title)
+
+
 _TRACKER: list[Tracker] = []  # the process's tracking process (one, reused by a sequential sweep)
 
 

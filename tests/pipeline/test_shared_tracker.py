@@ -88,6 +88,13 @@ def test_jobs_share_one_tracking_process_each_logging_into_its_own_relative_stor
     logged = [line for line in journal.splitlines() if " log " in line]
     assert len(logged) == 3 and all(line.endswith(" ok") for line in logged), journal
     assert sum(str(a) in line for line in logged) == 2 and sum(str(b) in line for line in logged) == 1
+    # The jobs that found it running handed it their figures (matplotlib stays loaded there).
+    drawn = [line for line in journal.splitlines() if " draw " in line]
+    assert [line.split(" draw ")[1] for line in drawn] == [f"{b / 'outputs/job1/results/plots'} ok",
+                                                           f"{a / 'outputs/job2/results/plots'} ok"], journal
+    for i, cwd in enumerate((a, b, a)):
+        for name in ("k_sweep.png", "precision_recall.png"):
+            assert (cwd / "outputs" / f"job{i}" / "results" / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
     assert oct(next(folder.glob("*.sock")).stat().st_mode & 0o777) == "0o600"
 
@@ -181,3 +188,27 @@ def test_two_started_at_once_make_one_and_it_leaves_when_idle(shared_tmp):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_figures_handed_to_a_tracking_process_that_died_are_drawn_by_the_job(tmp_path, caplog):
+    """TrackerFigures: when the tracking process cannot draw them (here it was killed), the
+    job draws its figures itself, says so, and they are the same as drawn anywhere else."""
+    import numpy as np
+
+    from pipeline.plots import save_run_figures
+
+    t = tracking.Tracker()  # a process of its own (the shared one is the same protocol)
+    assert t.call({"op": "flush"}, timeout=120) is None
+    t._proc.kill()
+    t._proc.wait()
+    ks = np.arange(1, 21)
+    curves = {"precision": 1 / ks, "recall": np.minimum(1.0, ks / 10), "ndcg": np.linspace(0.2, 0.6, 20),
+              "context_utility": np.linspace(0.1, 0.5, 20)}
+    figures = tracking.TrackerFigures(t)
+    with caplog.at_level("WARNING", logger="pipeline.tracking"):
+        figures.draw(tmp_path / "plots", curves, 5, "job")
+        figures.wait(timeout=30)
+    assert caplog.text.count("drawing the figures in") == 1 and "no answer from the tracking process" in caplog.text
+    save_run_figures(tmp_path / "again", curves, 5, "job")
+    for name in ("k_sweep.png", "precision_recall.png"):
+        assert (tmp_path / "plots" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
