@@ -1000,6 +1000,9 @@ class TrackerFigures:
             if not all((folder / name).is_file() for name in plots.RUN_FIGURES):
                 log.warning("%s; drawing the figures in %s here", reason, folder)
                 plots.save_run_figures(folder, {key: np.asarray(v) for key, v in curves.items()}, k, title)
+                for name in plots.RUN_FIGURES:  # half-written by a process killed while drawing
+                    for partial in folder.glob(f".{name}.*.tmp"):
+                        partial.unlink(missing_ok=True)
 
 
 _TRACKER: list[Tracker] = []  # the process's tracking process (one, reused by a sequential sweep)

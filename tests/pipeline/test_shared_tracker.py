@@ -205,10 +205,13 @@ def test_figures_handed_to_a_tracking_process_that_died_are_drawn_by_the_job(tmp
     curves = {"precision": 1 / ks, "recall": np.minimum(1.0, ks / 10), "ndcg": np.linspace(0.2, 0.6, 20),
               "context_utility": np.linspace(0.1, 0.5, 20)}
     figures = tracking.TrackerFigures(t)
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / ".k_sweep.png.x1y2.tmp").write_bytes(b"\x89PNG")  # as a process killed mid-write leaves it
     with caplog.at_level("WARNING", logger="pipeline.tracking"):
         figures.draw(tmp_path / "plots", curves, 5, "job")
         figures.wait(timeout=30)
     assert caplog.text.count("drawing the figures in") == 1 and "no answer from the tracking process" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["k_sweep.png", "precision_recall.png"]
     save_run_figures(tmp_path / "again", curves, 5, "job")
     for name in ("k_sweep.png", "precision_recall.png"):
         assert (tmp_path / "plots" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
