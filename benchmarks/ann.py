@@ -20,17 +20,22 @@ scans (random vectors have no clusters), so recall 0.99 means scanning nearly al
 from __future__ import annotations
 
 import argparse
-import sys
+import importlib.util
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scale import random_unit_vectors  # noqa: E402
-
 DIM, DEPTH, NLIST = 384, 100, 256
+
+
+def random_unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
+    """The scale benchmark's vectors (``benchmarks/scale.py``, loaded from its file: this
+    folder on ``sys.path`` would hide the ``pipeline`` package behind ``benchmarks/pipeline.py``)."""
+    spec = importlib.util.spec_from_file_location("bench_scale", Path(__file__).with_name("scale.py"))
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    return scale.random_unit_vectors(n, dim, seed)
 
 
 def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
