@@ -270,8 +270,8 @@ def postgres():
     if reason:
         pytest.skip(reason)
     # Not under pytest's tmp_path: that folder is private to root, and the cluster runs as
-    # the postgres user.
-    folder = Path(tempfile.mkdtemp(prefix="pg-faults-"))
+    # the postgres user. Nor under a private TMPDIR, for the same reason: /tmp where it exists.
+    folder = Path(tempfile.mkdtemp(prefix="pg-faults-", dir="/tmp" if Path("/tmp").is_dir() else None))
     pg = None
     try:
         pg = start_postgres(folder)
