@@ -368,6 +368,29 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
     return [folder / name for name in figures]
 
 
+def figure_request(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> dict[str, Any]:
+    """The arguments of :func:`save_run_figures` as JSON-able data, for a process that draws
+    them for a job (the figure process, the shared tracking process): :func:`draw_request`."""
+    return {"folder": str(Path(folder).resolve()), "k": int(k), "title": str(title),
+            "curves": {key: np.asarray(v, np.float64).tolist() for key, v in curves.items()}}
+
+
+def draw_request(request: Mapping[str, Any]) -> list[Path]:
+    """:func:`save_run_figures` for a :func:`figure_request` (other keys are ignored)."""
+    curves = {key: np.asarray(values, np.float64) for key, values in request["curves"].items()}
+    return save_run_figures(request["folder"], curves, int(request["k"]), str(request["title"]))
+
+
+def draw_here(request: Mapping[str, Any]) -> None:
+    """Draw a request that the process it was handed to did not draw (it failed or died), and
+    remove what such a process, killed while writing, left half-written in the folder."""
+    draw_request(request)
+    folder = Path(request["folder"])
+    for name in RUN_FIGURES:
+        for partial in folder.glob(f".{name}.*.tmp"):
+            partial.unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------- comparisons
 # Figures of ``python -m pipeline.compare``: sized to stay readable in MLflow's artifact
 # preview (about 900 px wide), legends below the axes, never over the data.
@@ -534,19 +557,17 @@ class FigureProcess:
             [sys.executable, "-m", "pipeline.plots", "--stdin"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=child_env(), bufsize=0,
         )
-        self._pending: list[tuple[Path, dict[str, list[float]], int, str]] = []
+        self._pending: list[dict[str, Any]] = []  # figure_request()s not yet answered
 
     def alive(self) -> bool:
         return self._proc.poll() is None
 
     def draw(self, folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> None:
         """Queue a job's figures (:func:`save_run_figures`); :meth:`wait` makes sure of them."""
-        request = (Path(folder).resolve(), {key: np.asarray(v, np.float64).tolist() for key, v in curves.items()},
-                   int(k), str(title))
+        request = figure_request(folder, curves, k, title)
         self._pending.append(request)
-        line = {"folder": str(request[0]), "curves": request[1], "k": request[2], "title": request[3]}
         try:
-            self._proc.stdin.write((json.dumps(line) + "\n").encode())
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
         except (BrokenPipeError, OSError, ValueError):
             pass  # wait() draws them here
 
@@ -561,11 +582,11 @@ class FigureProcess:
                 log.warning("the figure process failed (%s); drawing the figures here", error)
                 self._proc.kill()  # its later answers would belong to requests drawn here
                 self._proc.wait()
-                for folder, curves, k, title in pending[i:]:
+                for queued in pending[i:]:
                     try:
-                        save_run_figures(folder, {key: np.asarray(v) for key, v in curves.items()}, k, title)
+                        draw_here(queued)
                     except OSError as err:  # e.g. the folder of an earlier job that could not write
-                        log.warning("cannot draw the figures in %s: %s", folder, err)
+                        log.warning("cannot draw the figures in %s: %s", queued["folder"], err)
                 return
 
     def _answer(self, deadline: float) -> str | None:
@@ -640,9 +661,7 @@ def serve() -> None:
         if not line.strip():
             continue
         try:
-            request = json.loads(line)
-            curves = {key: np.asarray(values, np.float64) for key, values in request["curves"].items()}
-            save_run_figures(request["folder"], curves, int(request["k"]), str(request["title"]))
+            draw_request(json.loads(line))
             answer: dict[str, Any] = {"ok": True}
         except Exception as exc:  # answered, and drawn by the job instead
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}

@@ -21,7 +21,7 @@ order; every request also carries the job's working folder (``"cwd"``):
 - ``{"op": "sweep_start", "sweep_dir": DIR, "experiment": NAME, "sweep_id": ID, "tags": {...}, "tracking": {...}}``;
 - ``{"op": "sweep_end", "sweep_dir": DIR, "objective": KEY, "status": S, "tracking": {...}}``;
 - ``{"op": "draw", "folder": DIR, "curves": {...}, "k": K, "title": T}``: a job's figures
-  (``pipeline.plots.save_run_figures``; ``tracking.TrackerFigures``);
+  (``pipeline.plots.figure_request``; ``tracking.TrackerFigures``);
 - ``{"op": "flush"}``: nothing; its answer says every earlier request is done.
 """
 
@@ -39,8 +39,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
-
-import numpy as np
 
 from pipeline import results as res
 from pipeline import tracking
@@ -100,10 +98,9 @@ def _handle(request: dict[str, Any]) -> Any:
     if op == "sweep_end":
         return _sweep_end(request)
     if op == "draw":
-        from pipeline.plots import save_run_figures
+        from pipeline.plots import draw_request
 
-        curves = {key: np.asarray(values, np.float64) for key, values in request["curves"].items()}
-        save_run_figures(Path(request["folder"]), curves, int(request["k"]), str(request["title"]))
+        draw_request(request)
         return None
     if op == "flush":
         return None

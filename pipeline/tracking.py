@@ -974,15 +974,15 @@ class TrackerFigures:
 
     def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
-        self._queued: list[tuple[Path, dict[str, list[float]], int, str]] = []
+        self._queued: list[dict[str, Any]] = []  # plots.figure_request()s
 
     def draw(self, folder: str | Path, curves: Mapping[str, Any], k: int, title: str) -> None:
-        request = (Path(folder).resolve(), {key: np.asarray(v, np.float64).tolist() for key, v in curves.items()},
-                   int(k), str(title))
+        from pipeline.plots import figure_request
+
+        request = figure_request(folder, curves, k, title)
         self._queued.append(request)
         try:
-            self._tracker.send({"op": "draw", "folder": str(request[0]), "curves": request[1], "k": request[2],
-                                "title": request[3]})
+            self._tracker.send({"op": "draw", **request})
         except TrackingError:
             pass  # wait() draws them here
 
@@ -997,13 +997,10 @@ class TrackerFigures:
             self._tracker.call({"op": "flush"}, timeout=timeout)
         except TrackingError as err:
             reason = f"no answer from the tracking process ({err})"
-        for folder, curves, k, title in queued:
-            if not all((folder / name).is_file() for name in plots.RUN_FIGURES):
-                log.warning("%s; drawing the figures in %s here", reason, folder)
-                plots.save_run_figures(folder, {key: np.asarray(v) for key, v in curves.items()}, k, title)
-                for name in plots.RUN_FIGURES:  # half-written by a process killed while drawing
-                    for partial in folder.glob(f".{name}.*.tmp"):
-                        partial.unlink(missing_ok=True)
+        for request in queued:
+            if not all((Path(request["folder"]) / name).is_file() for name in plots.RUN_FIGURES):
+                log.warning("%s; drawing the figures in %s here", reason, request["folder"])
+                plots.draw_here(request)
 
 
 _TRACKER: list[Tracker] = []  # the process's tracking process (one, reused by a sequential sweep)
