@@ -50,11 +50,9 @@ import logging
 import json
 import os
 import re
-import signal
-import sys
 import tempfile
-import traceback
 from array import array
+from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, chain
 from typing import Any
@@ -76,132 +74,6 @@ _UNKNOWN = -2  # token id of a query term that is not in the corpus
 _MAX_DENSE_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
 _SPARSE_TOP_MIN_DOCS = 4_000  # from this corpus size on, each query's hits are ranked alone (faster from ~3k)
 _INDEX_BATCH = 20_000  # documents tokenized at once by index()
-_TOKENIZE_APART_MIN_DOCS = 100_000  # from this corpus size on, index() tokenizes in a child process
-
-
-def release_free_memory() -> None:
-    """Give the C heap's free memory back to the system (glibc ``malloc_trim``; elsewhere a no-op).
-
-    Freed Python objects and numpy arrays below glibc's (dynamic, up to 32 MiB) mmap threshold
-    leave holes in the heap that the process keeps: after indexing 1M documents that is
-    ~390 MiB of the 1.45 GiB resident, free but still counted (measured with
-    ``benchmarks/scale.py``). The call takes milliseconds."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _can_fork() -> bool:
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
-
-
-def _call_apart(fn: Callable[..., tuple[Any, list[NDArray]]], *args: Any) -> tuple[Any, list[NDArray]]:
-    """``fn(*args)`` run in a forked child process: its result, ``(meta, arrays)``, sent back
-    through a pipe, or its exception raised here.
-
-    The child shares the parent's memory (copy on write), so ``args`` are not copied, and
-    whatever the call allocates goes back to the system when the child exits. The result
-    crosses as data only, never pickled: ``meta`` as JSON, then each numpy array's raw bytes
-    (its dtype and shape in the JSON). An exception comes back as an ``InputError`` (its
-    problem, file and line) or else a RuntimeError carrying the child's traceback. The child
-    dies with the parent (``PR_SET_PDEATHSIG``); if it dies first (killed, out of memory),
-    this raises RuntimeError saying how it ended."""
-    parent = os.getpid()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        status = 1
-        try:
-            os.close(read_fd)
-            _die_with(parent)
-            try:
-                meta, arrays = fn(*args)
-                arrays = [np.ascontiguousarray(a) for a in arrays]
-                head: dict[str, Any] = {"meta": meta, "arrays": [[a.dtype.str, list(a.shape)] for a in arrays]}
-            except BaseException as exc:  # every exception goes to the parent
-                head, arrays = {"error": _error_record(exc)}, []
-            with os.fdopen(write_fd, "wb") as out:
-                header = json.dumps(head).encode()
-                out.write(len(header).to_bytes(8, "little") + header)
-                for a in arrays:
-                    out.write(memoryview(a).cast("B"))
-            status = 0
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-            os._exit(status)
-    os.close(write_fd)
-    try:
-        with os.fdopen(read_fd, "rb") as pipe:
-            payload = pipe.read()
-        _, wait_status = os.waitpid(pid, 0)
-    except BaseException:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except OSError:
-            pass
-        raise
-    code = os.waitstatus_to_exitcode(wait_status)
-    if code != 0:
-        how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        raise RuntimeError(f"the child process of {getattr(fn, '__qualname__', fn)} ended ({how}) "
-                           "without a result; if it was killed, the system may be short of memory")
-    size = int.from_bytes(payload[:8], "little")
-    head = json.loads(payload[8 : 8 + size])
-    if "error" in head:
-        raise _error_from(head["error"])
-    out, at = [], 8 + size
-    for dtype, shape in head["arrays"]:
-        a = np.frombuffer(payload, np.dtype(dtype), count=int(np.prod(shape, dtype=np.int64)), offset=at)
-        out.append(a.reshape(shape))
-        at += a.nbytes
-    if at != len(payload):
-        raise RuntimeError(f"the child process sent {len(payload)} bytes where {at} were announced")
-    return head["meta"], out
-
-
-def _error_record(exc: BaseException) -> dict[str, Any]:
-    """What the parent needs to raise ``exc`` again (:func:`_error_from`)."""
-    from pipeline.errors import InputError
-
-    if isinstance(exc, InputError):
-        return {"type": "InputError", "problem": exc.problem, "path": exc.path, "line": exc.line}
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"type": "RuntimeError", "text": f"in the child process:\n{text}"}
-
-
-def _error_from(record: dict[str, Any]) -> Exception:
-    from pipeline.errors import InputError
-
-    if record["type"] == "InputError":
-        return InputError(record["problem"], record["path"], record["line"])
-    return RuntimeError(record["text"])
-
-
-def _die_with(parent: int) -> None:
-    """Make the kernel kill this process when ``parent`` ends (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # it ended before the call
-        os._exit(1)
 
 
 # --------------------------------------------------------------------------- variants
@@ -266,38 +138,31 @@ WITH_DELTA = ("bm25l", "bm25+")  # variants that score absent terms (and use del
 # --------------------------------------------------------------------------- analysis
 
 
+#: Stop word lists by name (``en``, ``de``...; ``english``, ``german``... too): bm25s's lists,
+#: vendored as data (retrievers/stopwords.json names their source), so that tokenizing does
+#: not import bm25s, whose package init imports numba wherever numba is installed.
+STOPWORDS_FILE = Path(__file__).with_name("stopwords.json")
+
+
+@functools.cache
+def _stopword_lists() -> tuple[dict[str, str], dict[str, list[str]]]:
+    data = json.loads(STOPWORDS_FILE.read_text(encoding="utf-8"))
+    return data["aliases"], data["lists"]
+
+
 def resolve_stopwords(stopwords: str | Sequence[str] | None) -> tuple[str | None, frozenset[str]]:
     """(name for the cache key, the words). A name (``en``, ``de``...) is one of bm25s's lists."""
     if stopwords is None or stopwords is False:
         return None, frozenset()
     if isinstance(stopwords, str):
-        Tokenizer = _bm25s_tokenizer()
-        try:  # bm25s's public tokenizer resolves a list name ("en", "german"...) to its words
-            words = Tokenizer(stopwords=stopwords, stemmer=None).stopwords
-        except ValueError as err:
-            raise ValueError(f"unknown stop word list {stopwords!r}: {err}") from None
+        aliases, lists = _stopword_lists()
+        words = lists.get(aliases.get(stopwords, stopwords))
+        if words is None:
+            raise ValueError(f"unknown stop word list {stopwords!r}: the lists are {', '.join(sorted(lists))} "
+                             f"(or {', '.join(sorted(aliases))}), else give a list of words")
         return stopwords, frozenset(words)
     words = frozenset(str(w).lower() for w in stopwords)
     return None, words
-
-
-def _bm25s_tokenizer() -> Any:
-    """bm25s's ``Tokenizer`` class, imported without numba.
-
-    bm25s's package init imports numba whenever it is installed (ranx, a test dependency,
-    brings it): 1-1.5 s of every BM25 job, for a retrieval backend this module never uses
-    (only bm25s's stop word lists are). Unless numba is loaded already, the import runs
-    with numba hidden, so bm25s takes its numpy-only path (``bm25s.BM25(backend="numpy")``,
-    its default, is unaffected); ``import numba`` works as before afterwards."""
-    if "bm25s" not in sys.modules and "numba" not in sys.modules:
-        sys.modules["numba"] = None  # type: ignore[assignment]  # "import numba" -> ImportError
-        try:
-            from bm25s.tokenization import Tokenizer
-        finally:
-            del sys.modules["numba"]
-    from bm25s.tokenization import Tokenizer
-
-    return Tokenizer
 
 
 class Analyzer:
@@ -369,10 +234,6 @@ class _Spill:
             log.warning("BM25: cannot spill postings to a temporary file (%s); keeping them in memory", exc)
             self._warned = True
 
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
     def append(self, *arrays: NDArray) -> None:
         if self._file is not None or self.open():
             try:
@@ -384,23 +245,6 @@ class _Spill:
             except OSError as exc:
                 self._warn(exc)
         self._batches.append(list(arrays))
-
-    def describe(self) -> tuple[list[Any], list[NDArray]]:
-        """The batches as JSON-able data plus the arrays of those held in memory (``restore``)."""
-        meta, held = [], []
-        for batch in self._batches:
-            if isinstance(batch, list):
-                meta.append({"held": list(range(len(held), len(held) + len(batch)))})
-                held.extend(batch)
-            else:
-                offset, shapes = batch
-                meta.append({"offset": offset, "shapes": [[dtype.str, count] for dtype, count in shapes]})
-        return meta, held
-
-    def restore(self, meta: list[Any], held: list[NDArray]) -> None:
-        """The batches that ``describe`` gave (in another process, writing to this file)."""
-        self._batches = [[held[i] for i in b["held"]] if "held" in b
-                         else (int(b["offset"]), [(np.dtype(d), int(c)) for d, c in b["shapes"]]) for b in meta]
 
     def __iter__(self) -> Iterator[tuple[NDArray, ...]]:
         for batch in self._batches:
@@ -445,19 +289,6 @@ class Vocabulary:
 
     def __len__(self) -> int:
         return len(self._ids)
-
-    def arrays(self) -> list[NDArray]:
-        """The blob, offsets and ids as numpy arrays (``from_arrays`` makes it again)."""
-        return [np.frombuffer(self._blob, np.uint8), np.frombuffer(self._offsets, np.int64),
-                np.frombuffer(self._ids, np.int64)]
-
-    @classmethod
-    def from_arrays(cls, blob: NDArray, offsets: NDArray, ids: NDArray) -> Vocabulary:
-        vocab = cls([], [])
-        vocab._blob = np.ascontiguousarray(blob, np.uint8).tobytes()
-        vocab._offsets = array("q", np.ascontiguousarray(offsets, np.int64).tobytes())
-        vocab._ids = array("q", np.ascontiguousarray(ids, np.int64).tobytes())
-        return vocab
 
     def get(self, term: str, default: int) -> int:
         key = term.encode("utf-8", "surrogatepass")
@@ -564,46 +395,17 @@ class BM25Retriever:
         straight into their places in the CSR arrays (rows sized from the document
         frequencies): no COO copy and no second CSR exist, so the build peaks at about the
         index (8 bytes a posting) plus one batch. ``doc_texts`` is read in slices of
-        ``_INDEX_BATCH`` (it may be a ``pipeline.data.FileTexts``).
-
-        From ``_TOKENIZE_APART_MIN_DOCS`` documents on (on Linux) the tokenizing runs in a
-        forked child process (``_call_apart``) that hands back the vocabulary, the term map
-        and the document lengths: the token dictionaries' millions of small strings are
-        spread over memory that the interpreter cannot give back to the system once they
-        are freed (~300 MiB stayed resident after tokenizing 1M documents), and a process
-        that ends gives it all back. The result is the same either way."""
+        ``_INDEX_BATCH`` (it may be a ``pipeline.data.FileTexts``)."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
-        n_docs = len(doc_texts)
         # per batch: (provisional term of each posting, postings of each document, tf of each
         # posting), sorted by document, then provisional term; on disk until the weights are made
         parts = _Spill()
         try:
-            if n_docs >= _TOKENIZE_APART_MIN_DOCS and _can_fork() and parts.open():
-                vocab, final, doc_len = self._tokenized(*_call_apart(self._tokenize_apart, doc_texts, parts), parts)
-            else:
-                vocab, final, doc_len = self._tokenize(doc_texts, parts)
-            release_free_memory()  # the token strings' and dicts' memory, before the CSR arrays are made
+            vocab, final, doc_len = self._tokenize(doc_texts, parts)
             self._weigh(vocab, final, doc_len, parts)
         finally:
             parts.close()
-
-    def _tokenize_apart(self, doc_texts: Sequence[str], parts: _Spill) -> tuple[dict[str, Any], list[NDArray]]:
-        """``_tokenize`` in the child process, as ``_call_apart`` sends it back: the vocabulary's
-        three arrays, the term map and the lengths; the postings are in the parent's file
-        (described in ``meta``; any batch the file could not take comes as arrays too)."""
-        vocab, final, doc_len = self._tokenize(doc_texts, parts)
-        parts.flush()
-        meta, arrays = parts.describe()
-        return meta, [*vocab.arrays(), final, doc_len, *arrays]
-
-    @staticmethod
-    def _tokenized(meta: dict[str, Any], arrays: list[NDArray],
-                   parts: _Spill) -> tuple[Vocabulary, NDArray[np.int32], NDArray[np.float64]]:
-        """``_tokenize_apart``'s result back in this process (``parts`` learns its batches)."""
-        blob, offsets, ids, final, doc_len, *held = arrays
-        parts.restore(meta, held)
-        return Vocabulary.from_arrays(blob, offsets, ids), final, doc_len
 
     def _tokenize(
         self, doc_texts: Sequence[str], parts: _Spill
@@ -711,7 +513,6 @@ class BM25Retriever:
         else:
             self._presence = None
         self._vocab, self.n_docs = vocab, n_docs
-        release_free_memory()
         log.info(
             "BM25 (%s, k1=%g, b=%g) indexed %d documents, %d terms, %d postings",
             self.method, self.k1, self.b, n_docs, n_terms, nnz,

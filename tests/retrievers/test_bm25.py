@@ -6,7 +6,6 @@ inflected forms that stem together, upper case, punctuation and one-letter token
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -247,10 +246,16 @@ def test_empty_corpus_and_no_queries():
 
 
 def test_named_stop_word_lists_are_bm25s_lists():
+    """The vendored lists (retrievers/stopwords.json) are bm25s's, under every name bm25s knows."""
     from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_GERMAN
+    from bm25s.tokenization import _infer_stopwords
 
-    from retrievers.bm25 import resolve_stopwords
+    from retrievers.bm25 import _stopword_lists, resolve_stopwords
 
+    aliases, lists = _stopword_lists()
+    assert len(lists) == 15
+    for name in [*aliases, *lists]:
+        assert resolve_stopwords(name) == (name, frozenset(_infer_stopwords(name))), name
     assert resolve_stopwords("en") == ("en", frozenset(STOPWORDS_EN))
     assert resolve_stopwords("english") == ("english", frozenset(STOPWORDS_EN))
     assert resolve_stopwords("de") == ("de", frozenset(STOPWORDS_GERMAN))
@@ -289,16 +294,12 @@ def test_batched_indexing_builds_the_same_index_as_one_batch(corpus, method, mon
     assert ranks == sorted(ranks) and len(ranks) == len(whole._vocab)
 
 
-@pytest.mark.parametrize("apart", [False, True])
-def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, monkeypatch, caplog, apart):
+def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, monkeypatch, caplog):
     """index() spills each batch's postings to an unnamed temporary file; a full disk (no
-    file) must give the same index, with a warning (and, on a corpus large enough to be
-    tokenized in a child process, tokenized here instead)."""
+    file) must give the same index, with a warning."""
     import tempfile
 
     import retrievers.bm25 as bm25
-
-    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", 0 if apart else 10**12)
 
     ids = [str(i) for i in range(len(corpus))]
     spilled = BM25Retriever()
@@ -335,90 +336,9 @@ def test_vocabulary_lookups():
     assert len(Vocabulary([], [])) == 0 and Vocabulary([], []).get("a", -1) == -1
 
 
-@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="tokenizing apart needs fork (Linux)")
-@pytest.mark.parametrize("method", ["lucene", "bm25+"])
-def test_tokenizing_in_a_child_process_builds_the_same_index(corpus, method, monkeypatch):
-    """From ``_TOKENIZE_APART_MIN_DOCS`` documents on, a forked child tokenizes and hands back
-    the vocabulary, term map, lengths and its postings file: the index must be the same."""
-    import retrievers.bm25 as bm25
-
-    docs = list(corpus) + ["", "Running RUNS run", "the a of"]
-    ids = [str(i) for i in range(len(docs))]
-    monkeypatch.setattr(bm25, "_INDEX_BATCH", 64)
-    here = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
-    here.index(ids, docs)
-    children = []
-    real_call = bm25._call_apart
-    monkeypatch.setattr(bm25, "_call_apart", lambda fn, *a: children.append(fn) or real_call(fn, *a))
-    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", len(docs))
-    apart = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
-    apart.index(ids, docs)
-    assert len(children) == 1
-    assert apart._vocab == here._vocab and len(apart._vocab) == 31
-    for part in ("indptr", "indices", "data"):
-        np.testing.assert_array_equal(getattr(apart._weights, part), getattr(here._weights, part))
-    assert (apart._absent is None) == (here._absent is None)
-    if here._absent is not None:
-        np.testing.assert_array_equal(apart._absent, here._absent)
-    a, h = apart.search(["q"] * len(QUERIES), QUERIES, 20), here.search(["q"] * len(QUERIES), QUERIES, 20)
-    np.testing.assert_array_equal(a.doc_idx, h.doc_idx)
-    np.testing.assert_array_equal(a.scores, h.scores)
-
-
-def _raise_input_error():
-    from pipeline.errors import InputError
-
-    raise InputError("corpus file changed since it was loaded (x)", "/data/corpus.jsonl", 12)
-
-
-def _raise_other():
-    class Local(Exception):
-        pass
-
-    raise Local("made in the child")
-
-
-def _killed():
-    import signal
-
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _pid_and(*arrays):
-    return {"pid": os.getpid(), "note": "é"}, list(arrays)
-
-
-@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
-def test_call_apart_returns_the_childs_result_or_raises_what_happened_there():
-    """The result crosses as JSON and raw array bytes (never pickled): its metadata, arrays of
-    any dtype and shape (more than a pipe holds at once), and exceptions as what they were."""
-    from pipeline.errors import InputError
-    from retrievers.bm25 import _call_apart
-
-    big = np.arange(3_000_000, dtype=np.int64)  # 24 MB
-    small = np.array([[1.5, -2.0], [0.25, 3.0]], np.float32)
-    meta, arrays = _call_apart(_pid_and, big + 1, small, np.zeros(0, np.uint16), np.frombuffer(b"ab\xc3", np.uint8))
-    assert meta["pid"] != os.getpid() and meta["note"] == "é"
-    assert [(a.dtype, a.shape) for a in arrays] == [(np.dtype(np.int64), (3_000_000,)), (np.dtype(np.float32), (2, 2)),
-                                                   (np.dtype(np.uint16), (0,)), (np.dtype(np.uint8), (3,))]
-    np.testing.assert_array_equal(arrays[0], big + 1)
-    np.testing.assert_array_equal(arrays[1], small)
-    assert arrays[3].tobytes() == b"ab\xc3"
-    with pytest.raises(InputError) as err:
-        _call_apart(_raise_input_error)
-    assert (err.value.problem, err.value.path, err.value.line) == (
-        "corpus file changed since it was loaded (x)", "/data/corpus.jsonl", 12)
-    assert str(err.value) == "error: /data/corpus.jsonl:12: corpus file changed since it was loaded (x)"
-    with pytest.raises(RuntimeError, match=r"(?s)in the child process:.*Local: made in the child"):
-        _call_apart(_raise_other)
-    with pytest.raises(RuntimeError, match=r"_killed ended \(killed by signal SIGKILL\) without a result"):
-        _call_apart(_killed)
-
-
-@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
-def test_postings_the_childs_file_refused_come_back_as_arrays(corpus, monkeypatch):
-    """The temporary file opens but every write fails (a disk that fills up): the child keeps
-    the postings in memory and sends them back with the rest; the index is the same."""
+def test_postings_a_full_temporary_file_refused_stay_in_memory(corpus, monkeypatch):
+    """The temporary file opens but every write fails (a disk that fills up): the postings
+    stay in memory; the index is the same."""
     import tempfile
 
     import retrievers.bm25 as bm25
@@ -440,7 +360,6 @@ def test_postings_the_childs_file_refused_come_back_as_arrays(corpus, monkeypatc
             return getattr(self._f, name)
 
     monkeypatch.setattr(tempfile, "TemporaryFile", Full)
-    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", 0)
     apart = BM25Retriever(method="bm25+")
     apart.index(ids, corpus)
     assert apart._vocab == here._vocab
@@ -448,12 +367,10 @@ def test_postings_the_childs_file_refused_come_back_as_arrays(corpus, monkeypatc
         np.testing.assert_array_equal(getattr(apart._weights, part), getattr(here._weights, part))
 
 
-@pytest.mark.skipif(not __import__("retrievers.bm25").bm25._can_fork(), reason="needs fork (Linux)")
-def test_a_corpus_changed_under_the_child_is_an_input_error(tmp_path, monkeypatch):
-    """Lazy texts read in the child: a file changed since loading is the loader's InputError."""
+def test_a_corpus_changed_under_the_index_is_an_input_error(tmp_path):
+    """Lazy texts read while indexing: a file changed since loading is the loader's InputError."""
     import json
 
-    import retrievers.bm25 as bm25
     from pipeline.data import load_beir
     from pipeline.errors import InputError
 
@@ -463,7 +380,6 @@ def test_a_corpus_changed_under_the_child_is_an_input_error(tmp_path, monkeypatc
     (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "word3"}) + "\n")
     (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\n")
     collection = load_beir(tmp_path, lazy_texts=True)
-    monkeypatch.setattr(bm25, "_TOKENIZE_APART_MIN_DOCS", 0)
     with (tmp_path / "corpus.jsonl").open("a") as fh:
         fh.write(json.dumps({"_id": "d50", "text": "late"}) + "\n")
     with pytest.raises(InputError, match="changed since it was loaded"):
