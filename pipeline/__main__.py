@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import signal
 import os
+import signal
 import sys
-
-#: Arguments after which Hydra prints and exits, without a job.
-_NO_JOB = {"--help", "-h", "--cfg", "-c", "--info", "--hydra-help"}
-
-if __name__ == "__main__" and "tracking=none" in sys.argv[1:] and not _NO_JOB & set(sys.argv[1:]):
-    # The figure process imports matplotlib (~1 s) while this one imports Hydra, SciPy and
-    # the stages below and the job computes (a tracked job's tracking process draws instead).
-    from pipeline import plots
-
-    plots.figure_process()
 
 import hydra
 from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
+from pipeline import console
 from pipeline.errors import InputError
 from pipeline.run import run_job
-from pipeline.sweep import (Interrupted, cache_config_files, compose_each_job_once, on_interrupt, on_sweep_error,
-                            validate_covering_jobs)
-from pipeline import console, tracking
+from pipeline.sweep import Interrupted, on_interrupt, on_sweep_error
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -47,12 +36,6 @@ def check_command_line(argv: list[str]) -> None:
 if __name__ == "__main__":
     console.setup()  # before torch/transformers: no progress bars or colour where no terminal
     check_command_line(sys.argv[1:])
-    if not {"tracking=none", *_NO_JOB} & set(sys.argv[1:]):
-        tracking.prestart()  # mlflow's import overlaps with Hydra's start-up and the job
-    if {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(sys.argv[1:]):  # (a single job composes once)
-        compose_each_job_once()  # a sweep composes each job's config once, not twice
-        cache_config_files()  # and parses each config file once
-        validate_covering_jobs()  # before any job runs, every swept value is composed once
     try:
         main()
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback

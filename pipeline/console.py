@@ -14,8 +14,6 @@
   already said why in one line.
 - ``to_log_file`` writes a line (or a traceback) to the job's log file only, so that the
   log of a failed job holds its error while the console shows it once.
-- ``child_env`` is the environment of the helper processes a job starts (tracking,
-  figures): its own, with this checkout first on ``PYTHONPATH``.
 
 The Hydra logging configs (``conf/hydra/job_logging/pipeline.yaml``,
 ``conf/hydra/hydra_logging/pipeline.yaml``) also raise the level of libraries that chat at
@@ -28,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 #: Marks a failed sweep job's objective (see ``JobFailed``) in log records.
@@ -159,10 +156,3 @@ def to_log_file(message: str, exc: BaseException | None = None, name: str = "pip
             handler.handle(record)
         except Exception:  # a full disk must not hide the error itself
             pass
-
-
-def child_env() -> dict[str, str]:
-    """This process's environment with this checkout first on ``PYTHONPATH``, for the
-    ``python -m pipeline.*`` helper processes (they must import this code, wherever they start)."""
-    root = str(Path(__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}

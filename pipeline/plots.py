@@ -1,29 +1,14 @@
-"""K-sweep, precision-recall and sweep-summary figures (matplotlib, no pyplot).
+"""K-sweep, precision-recall, sweep-summary and comparison figures (matplotlib, no pyplot).
 
 Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot's global
-state, so they are safe in threads and parallel Hydra jobs; ``fig.savefig(path)`` renders
-them with the Agg canvas. The caller (tracking) saves and logs them.
-
-matplotlib costs a job ~1.5 s of CPU (its import and two figures). A job without a tracking
-process hands its figures to a figure process, ``python -m pipeline.plots --stdin``
-(:class:`FigureProcess`), started when the job starts: it imports matplotlib while the job
-computes and draws while the job writes its other results; the job waits for the figures
-before it writes its record, and draws them itself if that process failed. With a tracking
-process, that process draws the figures a sequential sweep's jobs leave to it, and those
-of a single job that finds the shared tracking process running
-(``pipeline.tracking.TrackerFigures``); every other job draws its own.
+state, so they are safe in threads and parallel Hydra jobs; ``fig.savefig`` renders them
+with the Agg canvas. matplotlib is imported on the first figure: a job pays for it where it
+draws, and importing this module stays cheap.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 from collections.abc import Mapping, Sequence
@@ -57,59 +42,6 @@ def _figure(**kwargs: Any) -> Figure:
 
 #: Resolution of a run's PNGs (1650 x 495 px for the K-sweep, 660 x 550 for the PR curve).
 RUN_DPI = 110
-#: zorder of a run figure's data (curves, k marker, labels): above every static artist of its
-#: axes (grid 1.5, spines 2.5, panel titles 3), so that drawing the static part first and the
-#: data over it (:func:`_render_png`) gives the pixels of one full draw.
-_DATA_Z = 3.5
-
-
-def _set_dynamic(fig: Figure, artists: Sequence[Any]) -> None:
-    """Mark what changes from one run to the next; :func:`_render_png` draws the rest once.
-
-    They are kept in the order of a full draw: axes by axes, by zorder (stable, in the order
-    of ``get_children``), then the figure's own artists (the suptitle)."""
-    chosen = {id(artist) for artist in artists}
-    order: list[Any] = []
-    for ax in fig.axes:
-        order += sorted((a for a in ax.get_children() if id(a) in chosen), key=lambda a: a.get_zorder())
-    order += [a for a in artists if a.axes is None]
-    if len(order) != len(artists):
-        raise ValueError("_set_dynamic: an artist is neither in an axes nor the figure's own")
-    fig._pipeline_dynamic = order  # type: ignore[attr-defined]
-    fig._pipeline_background = None  # type: ignore[attr-defined]
-
-
-def _render_png(fig: Figure, fh: Any) -> None:
-    """``fig.savefig(fh, format="png")`` at the figure's dpi, for figures redrawn run after run.
-
-    A full draw lays out and rasterises every tick label, axis label and panel title again
-    (two thirds of the time). Here the static part is drawn once, with the data hidden, and
-    kept as a bitmap; each run restores it and draws only the data artists over it. Their
-    zorder is above every static artist's and each stays inside its own axes, so the pixels
-    are those of a full draw (tests/pipeline/test_plots.py compares them)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.image import imsave
-
-    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
-    dynamic = fig._pipeline_dynamic  # type: ignore[attr-defined]
-    if fig._pipeline_background is None:  # type: ignore[attr-defined]
-        for artist in dynamic:
-            artist.set_visible(False)
-        try:
-            canvas.draw()
-        finally:
-            for artist in dynamic:
-                artist.set_visible(True)
-        fig._pipeline_background = canvas.copy_from_bbox(fig.bbox)  # type: ignore[attr-defined]
-    else:
-        canvas.restore_region(fig._pipeline_background)  # type: ignore[attr-defined]
-    renderer = canvas.get_renderer()
-    for artist in dynamic:
-        artist.draw(renderer)
-    imsave(fh, canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi,
-           pil_kwargs={"compress_level": 1})  # zlib 1: 1/3 of the time of 6
-
-
 def _ks(values: NDArray) -> NDArray[np.int64]:
     """K = 1..len(values): curves hold the value at K in entry K - 1."""
     return np.arange(1, len(values) + 1)
@@ -139,8 +71,6 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
     missing = [key for key in ("precision", "recall", "ndcg", "context_utility") if key not in curves]
     if missing:
         raise KeyError(f"k_sweep_figure: curves lack {missing}")
-    # Fixed margins rather than a layout engine: a job saves its figures once per run, and
-    # constrained layout draws every figure twice.
     fig = _figure(figsize=(15, 4.5), dpi=RUN_DPI)
     fig.subplots_adjust(left=0.045, right=0.99, bottom=0.12, top=0.86, wspace=0.2)
     axes = fig.subplots(1, 3)
@@ -150,34 +80,17 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
         (axes[2], ("context_utility",), "Context utility (placed order)"),
     ]
     k_max = max(len(np.asarray(values)) for values in curves.values())
-    lines, marks, legends = [], [], []
     for ax, keys, panel_title in panels:
         for key in keys:
             if key in curves:
                 values = np.asarray(curves[key], dtype=np.float64)
-                (line,) = ax.plot(_ks(values), values, marker="o", markersize=3, label=CURVE_LABELS[key],
-                                  zorder=_DATA_Z)
-                lines.append((key, line))
-        marks.append(_mark_k(ax, k))
-        marks[-1].set_zorder(_DATA_Z)
+                ax.plot(_ks(values), values, marker="o", markersize=3, label=CURVE_LABELS[key])
+        _mark_k(ax, k)
         _k_axis(ax, k_max)
         ax.set_ylabel("mean over queries")
-        ax.set_title(panel_title, y=1.0)  # y given: no re-measuring of the axes at every draw
-        legends.append(ax.legend(loc="best", fontsize="small"))
-    suptitle = fig.suptitle(title)
-
-    def update(curves: Mapping[str, NDArray], k: int, title: str) -> None:
-        for key, line in lines:
-            values = np.asarray(curves[key], dtype=np.float64)
-            line.set_data(_ks(values), values)
-        for mark, legend in zip(marks, legends):
-            mark.set_xdata([k, k])
-            mark.set_label(f"k = {k}")
-            legend.texts[-1].set_text(f"k = {k}")  # the k marker is each panel's last entry
-        suptitle.set_text(title)
-
-    fig._pipeline_update = update  # type: ignore[attr-defined]  (save_run_figures redraws it for the next run)
-    _set_dynamic(fig, [line for _, line in lines] + marks + legends + [suptitle])
+        ax.set_title(panel_title)
+        ax.legend(loc="best", fontsize="small")
+    fig.suptitle(title)
     return fig
 
 
@@ -201,35 +114,18 @@ def pr_curve_figure(
     fig = _figure(figsize=(6, 5), dpi=RUN_DPI)
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.92)
     ax = fig.subplots()
-    (line,) = ax.plot(recall, precision, marker="o", markersize=3, label="K = 1..%d" % k_max, zorder=_DATA_Z)
-    notes = []
+    ax.plot(recall, precision, marker="o", markersize=3, label="K = 1..%d" % k_max)
     for K in label_ks:
         if 1 <= K <= k_max:
-            notes.append((K, ax.annotate(
-                f"K={K}",
-                (recall[K - 1], precision[K - 1]),
-                textcoords="offset points",
-                xytext=(5, 5),
-                fontsize="small",
-                zorder=_DATA_Z + 0.1,
-            )))
+            ax.annotate(f"K={K}", (recall[K - 1], precision[K - 1]), textcoords="offset points", xytext=(5, 5),
+                        fontsize="small")
     ax.set_xlabel("recall@K")
     ax.set_ylabel("precision@K")
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(True, alpha=0.3)
-    ax.set_title(title, y=1.0)  # y given: no re-measuring of the axes at every draw
-    legend = ax.legend(loc="best", fontsize="small")
-
-    def update(precision: NDArray, recall: NDArray, title: str) -> None:
-        precision, recall = np.asarray(precision, dtype=np.float64), np.asarray(recall, dtype=np.float64)
-        line.set_data(recall, precision)
-        for K, note in notes:
-            note.xy = (recall[K - 1], precision[K - 1])
-        ax.title.set_text(title)
-
-    fig._pipeline_update = update  # type: ignore[attr-defined]  (save_run_figures redraws it for the next run)
-    _set_dynamic(fig, [line, *(note for _, note in notes), ax.title, legend])
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize="small")
     return fig
 
 
@@ -336,59 +232,18 @@ def sweep_summary_figure(
     return fig
 
 
-#: The last run's figures, by the shape of their data, redrawn with the next run's data: in a
-#: process that draws many runs (the tracking process of a sweep) building a figure and its
-#: ticks costs as much as drawing it. A redrawn figure's PNG is byte-identical to a new one's
-#: (tests/pipeline/test_plots.py).
-_REUSED: dict[tuple, Any] = {}
-_REUSED_LOCK = threading.Lock()  # one run at a time redraws them (threaded launchers)
-
-
 def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> list[Path]:
-    """A run's figures as PNG files in ``folder``: the K-sweep and the precision-recall curve."""
+    """A run's figures as PNG files in ``folder``: the K-sweep and the precision-recall curve,
+    each written atomically (a reader never sees half a PNG)."""
+    from pipeline.results import atomic_open
+
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    lengths = tuple(sorted((key, len(np.asarray(v))) for key, v in curves.items()))
-    k_key, pr_key = ("k_sweep", lengths), ("pr", len(np.asarray(curves["precision"])))
-    from pipeline.results import atomic_open  # a reader never sees half a PNG
-
-    with _REUSED_LOCK:
-        if k_key in _REUSED:
-            _REUSED[k_key]._pipeline_update(curves, k, title)
-        else:
-            _REUSED[k_key] = k_sweep_figure(curves, k, title)
-        if pr_key in _REUSED:
-            _REUSED[pr_key]._pipeline_update(curves["precision"], curves["recall"], title)
-        else:
-            _REUSED[pr_key] = pr_curve_figure(curves["precision"], curves["recall"], title)
-        figures = dict(zip(RUN_FIGURES, (_REUSED[k_key], _REUSED[pr_key])))
-        for name, figure in figures.items():
-            with atomic_open(folder / name, "wb") as fh:
-                _render_png(figure, fh)
+    figures = {RUN_FIGURES[0]: k_sweep_figure(curves, k, title),
+               RUN_FIGURES[1]: pr_curve_figure(curves["precision"], curves["recall"], title)}
+    for name, figure in figures.items():
+        with atomic_open(folder / name, "wb") as fh:
+            figure.savefig(fh, format="png", **PNG_FAST)
     return [folder / name for name in figures]
-
-
-def figure_request(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> dict[str, Any]:
-    """The arguments of :func:`save_run_figures` as JSON-able data, for a process that draws
-    them for a job (the figure process, the shared tracking process): :func:`draw_request`."""
-    return {"folder": str(Path(folder).resolve()), "k": int(k), "title": str(title),
-            "curves": {key: np.asarray(v, np.float64).tolist() for key, v in curves.items()}}
-
-
-def draw_request(request: Mapping[str, Any]) -> list[Path]:
-    """:func:`save_run_figures` for a :func:`figure_request` (other keys are ignored)."""
-    curves = {key: np.asarray(values, np.float64) for key, values in request["curves"].items()}
-    return save_run_figures(request["folder"], curves, int(request["k"]), str(request["title"]))
-
-
-def draw_here(request: Mapping[str, Any]) -> None:
-    """Draw a request that the process it was handed to did not draw (it failed or died), and
-    remove what such a process, killed while writing, left half-written in the folder."""
-    draw_request(request)
-    folder = Path(request["folder"])
-    for name in RUN_FIGURES:
-        for partial in folder.glob(f".{name}.*.tmp"):
-            partial.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -533,143 +388,3 @@ def main_effects_figure(effects: Mapping[str, Mapping[str, Sequence[Mapping]]], 
                 ax.set_title(metric_label(metric))
     fig.suptitle(f"{title}\nmean over queries of the jobs at each value, 95% bootstrap CI", fontsize="medium")
     return fig
-
-
-# --------------------------------------------------------------------------- the figure process
-#: Seconds a job waits for its figures from the figure process before drawing them itself.
-FIGURE_TIMEOUT_S = 120.0
-
-
-class FigureProcess:
-    """``python -m pipeline.plots --stdin``: draws jobs' figures in a process of its own.
-
-    Requests are JSON lines ``{"folder", "curves", "k", "title"}`` (the arguments of
-    :func:`save_run_figures`); each gets one answer line ``{"ok": true}`` or ``{"ok": false,
-    "error": ...}``, in order. A plain ``python`` child, like the tracking process
-    (``pipeline.tracking.Tracker``); it exits when its standard input closes.
-    """
-
-    def __init__(self) -> None:
-        from pipeline.console import child_env
-
-        self._log = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.plots", "--stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=child_env(), bufsize=0,
-        )
-        self._pending: list[dict[str, Any]] = []  # figure_request()s not yet answered
-
-    def alive(self) -> bool:
-        return self._proc.poll() is None
-
-    def draw(self, folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> None:
-        """Queue a job's figures (:func:`save_run_figures`); :meth:`wait` makes sure of them."""
-        request = figure_request(folder, curves, k, title)
-        self._pending.append(request)
-        try:
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # wait() draws them here
-
-    def wait(self, timeout: float = FIGURE_TIMEOUT_S) -> None:
-        """Return once every queued job's figures are on disk: drawn by the figure process or,
-        when it failed, died or took longer than ``timeout`` seconds, by this process."""
-        deadline = time.monotonic() + timeout
-        pending, self._pending = self._pending, []
-        for i, request in enumerate(pending):
-            error = self._answer(deadline)
-            if error is not None:
-                log.warning("the figure process failed (%s); drawing the figures here", error)
-                self._proc.kill()  # its later answers would belong to requests drawn here
-                self._proc.wait()
-                for queued in pending[i:]:
-                    try:
-                        draw_here(queued)
-                    except OSError as err:  # e.g. the folder of an earlier job that could not write
-                        log.warning("cannot draw the figures in %s: %s", queued["folder"], err)
-                return
-
-    def _answer(self, deadline: float) -> str | None:
-        """None when the next answer says the figures were drawn, else what went wrong."""
-        import select
-
-        fd = self._proc.stdout.fileno()
-        line = b""
-        while not line.endswith(b"\n"):
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                return "no answer in time"
-            chunk = os.read(fd, 1)
-            if not chunk:
-                self._log.seek(0)
-                tail = self._log.read().decode(errors="replace").strip().splitlines()[-1:]
-                return f"exit status {self._proc.wait()}{': ' + tail[0] if tail else ''}"
-            line += chunk
-        answer = json.loads(line)
-        return None if answer.get("ok") else str(answer.get("error"))
-
-    def close(self) -> None:
-        """Close the pipe: the process exits once its queued figures are drawn.
-
-        Figures queued and never waited for (a job that failed after queuing them) are waited
-        for first, up to ``CLOSE_WAIT_S``: nothing is written into a job's folder after the job
-        has ended, and no temporary file is left half-written when it exits."""
-        deadline = time.monotonic() + CLOSE_WAIT_S
-        while self._pending and self.alive():
-            self._pending.pop(0)
-            if self._answer(deadline) is not None:
-                break
-        self._pending.clear()
-        try:
-            self._proc.stdin.close()
-        except OSError:
-            pass
-
-
-#: Seconds a job that ends with figures queued (and not waited for) waits for them.
-CLOSE_WAIT_S = 30.0
-
-_FIGURES: list[FigureProcess] = []  # this process's figure process (a sequential sweep reuses it)
-
-
-def figure_process() -> FigureProcess | None:
-    """This process's figure process, started on first use (and again if it died); None when
-    matplotlib is loaded here already (a test session, the end of a sweep): then drawing
-    here is cheaper than starting a process."""
-    if "matplotlib" in sys.modules and not _FIGURES:
-        return None
-    if not _FIGURES or not _FIGURES[0].alive():
-        if not _FIGURES:
-            import atexit
-
-            atexit.register(lambda: [f.close() for f in _FIGURES])
-        _FIGURES[:] = [FigureProcess()]
-    return _FIGURES[0]
-
-
-def serve() -> None:
-    """The figure process: draw the figures of every request on standard input until it closes."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the job handles Ctrl-C and waits for what it queued
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # anything else printed goes to the log, never into the answers
-    import matplotlib.backends.backend_agg  # noqa: F401  (now, while the job computes: savefig's canvas)
-    import matplotlib.figure  # noqa: F401
-
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            draw_request(json.loads(line))
-            answer: dict[str, Any] = {"ok": True}
-        except Exception as exc:  # answered, and drawn by the job instead
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--stdin"]:
-        sys.exit("usage: python -m pipeline.plots --stdin  (the figure process of a job; see pipeline.plots)")
-    serve()

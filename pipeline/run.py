@@ -21,14 +21,14 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from pipeline import chunkers, config, console, drilldown, plots, tracking
+from pipeline import chunkers, config, console, drilldown, tracking
 from pipeline import results as res
 from pipeline.data import Collection
 from pipeline.errors import InputError
@@ -44,10 +44,6 @@ __all__ = ["CURVES", "run", "run_job", "load", "retrieve", "score", "headline", 
 FAILED_FILE = res.FAILED
 #: per_query.csv holds every K = 1..k_max up to this k_max, else the reported cut-offs only.
 PER_QUERY_ALL_K = 1000
-#: From this many documents (or chunks) on, a job lets its tracking process go while it builds
-#: the index and starts a fresh one after (``tracking.release``): at 1M documents that keeps
-#: mlflow's ~210 MiB out of the build's peak, for ~3 s of CPU on the other core.
-TRACKER_RELEASE_DOCS = 200_000
 TIE_RULE = "score descending, then document index ascending (the retrievers' order)"
 
 
@@ -63,7 +59,6 @@ class JobContext:
     overrides: list[str] = field(default_factory=list)
     choices: dict[str, str] = field(default_factory=dict)
     sweep_dir: Path | None = None
-    in_process_sweep: bool = False  # a multirun whose jobs run one after another in this process
     job_num: int | None = None  # the job's number in its sweep
     searched: list[str] = field(default_factory=list)  # keys a sweeper samples (Optuna's params)
 
@@ -76,12 +71,11 @@ def job_context(runs_dir: str | Path = "outputs/runs") -> JobContext:
         hc = HydraConfig.get()
         choices = {k: str(v) for k, v in hc.runtime.choices.items() if v is not None and "/" not in k}
         sweep = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
-        in_process = sweep is not None and str(hc.launcher.get("_target_", "")).endswith("BasicLauncher")
         num = hc.job.get("num") if sweep is not None else None
         searched = []
         if sweep is not None and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
             searched = [str(key) for key in (hc.sweeper.get("params") or {})]
-        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep, in_process,
+        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep,
                           None if num is None else int(num), searched)
     stamp = time.strftime("%Y-%m-%d/%H-%M-%S") + f"-{uuid.uuid4().hex[:6]}"
     return JobContext(Path(runs_dir) / stamp)
@@ -125,16 +119,12 @@ def _file_stamps(spec: Any) -> tuple:
     return tuple(stamps)
 
 
-def retrieve(cfg: DictConfig, collection: Collection, depth: int,
-             before_index: Callable[[], None] | None = None) -> tuple[Ranking, bool]:
-    """The retriever's Ranking at ``depth``, from the on-disk cache when it has one
-    (``before_index`` runs only when it has not, before the corpus is indexed)."""
+def retrieve(cfg: DictConfig, collection: Collection, depth: int) -> tuple[Ranking, bool]:
+    """The retriever's Ranking at ``depth``, from the on-disk cache when it has one."""
     retriever = _computing(lambda: instantiate(cfg.retriever))
     key = {"collection": collection.digest, "retriever": retriever.cache_key(), "depth": depth}
 
     def compute() -> Ranking:
-        if before_index is not None:
-            before_index()
         retriever.index(collection.doc_ids, collection.doc_texts)
         return retriever.search(collection.query_ids, collection.query_texts, depth)
 
@@ -192,12 +182,10 @@ def write_results(
     metrics: dict[str, float],
     title: str,
     curves: dict[str, np.ndarray],
-    with_plots: bool = True,
 ) -> Path:
     """Everything the run produced, on disk under ``out/results`` (``pipeline.results``), each
-    file written atomically. ``with_plots=False`` leaves the figures to the tracking process
-    (see ``run``). The record is written by the caller, last. ``curves``: the mean of each
-    family of :data:`CURVES` at every K."""
+    file written atomically, the figures included. The record is written by the caller, last.
+    ``curves``: the mean of each family of :data:`CURVES` at every K."""
     results = res.results_dir(out)
     results.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -223,10 +211,9 @@ def write_results(
     res.write_text(results / "definition_card.md",
                    definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE,  # type: ignore[arg-type]
                                    judged_only=judged_only_of(cfg)))
-    if with_plots:
-        from pipeline.plots import save_run_figures
+    from pipeline.plots import save_run_figures  # matplotlib: imported where figures are drawn
 
-        save_run_figures(results / "plots", curves, cfg.k, title)
+    save_run_figures(results / "plots", curves, cfg.k, title)
     return results
 
 
@@ -266,19 +253,8 @@ def run(cfg: DictConfig) -> float:
     timings: dict[str, float] = {}
     started_at, start = time.time(), time.perf_counter()
     settings = tracking.StoreSettings.of(cfg.tracking) if cfg.tracking.enabled else None
-    # The tracking process imports mlflow and opens the store while this one computes.
     if settings is not None and ctx.sweep_dir is None and (note := tracking.new_store_note(settings.uri)):
         print(note)  # a sweep says it once, before its jobs (pipeline.sweep)
-    tracker = tracking.tracker(settings) if settings is not None else None
-    # A single job that finds the shared tracking process running hands it its figures
-    # (matplotlib is loaded there); one that started it, or a sweep's job, draws its own.
-    hand_over = (tracker if tracker is not None and tracker.shared and not tracker.started
-                 and ctx.sweep_dir is None else None)
-    if tracker is not None and tracker.started:  # (python -m pipeline starts it before logging is set up)
-        log.info("%s", tracker.started)
-        tracker.started = None
-    # Without one, a figure process imports matplotlib meanwhile and draws the figures (pipeline.plots).
-    figures: Any = plots.figure_process() if tracker is None else None
 
     with _timed(timings, "load"):
         collection = load(cfg)
@@ -289,23 +265,14 @@ def run(cfg: DictConfig) -> float:
         timings["time_chunk_s"] = time.perf_counter() - chunk_start
     # Never deeper than the corpus; metrics still go to k_max (missing ranks are empty).
     depth = min(max(cfg.k, cfg.k_max), collection.n_docs)
-    # A large index is built without the tracking process beside it (tracking.release); a
-    # sequential sweep keeps its one process, which may still be logging earlier jobs.
-    indexed = collection if stage is None else stage.collection
-    release = (tracking.release if tracker is not None and not ctx.in_process_sweep
-               and indexed.n_docs >= TRACKER_RELEASE_DOCS else None)
     with _timed(timings, "retrieve"):
         if stage is None:
-            ranking, cache_hit = retrieve(cfg, collection, depth, release)
+            ranking, cache_hit = retrieve(cfg, collection, depth)
             chunk_ranking = ranking
         else:  # chunks are retrieved; the document ranking is their fold (chunker.fold)
-            chunk_ranking, cache_hit = retrieve(cfg, stage.collection, stage.depth(depth), release)
+            chunk_ranking, cache_hit = retrieve(cfg, stage.collection, stage.depth(depth))
             ranking = Ranking(*_computing(lambda: chunkers.fold_ranking(
                 stage, chunk_ranking.doc_idx, chunk_ranking.scores, depth)))
-    if tracker is not None:
-        tracker = tracking.tracker(settings)  # the same one, or a fresh one if it was released
-        if tracker is hand_over:
-            figures = tracking.TrackerFigures(tracker)
     with _timed(timings, "place"):
         curve, strategy = _computing(lambda: (instantiate(cfg.attention), instantiate(cfg.reorder)))
         placed = _computing(lambda: place(chunk_ranking.doc_idx, cfg.k, strategy, curve(cfg.k)))
@@ -335,23 +302,16 @@ def run(cfg: DictConfig) -> float:
              for g in ("retriever", "reorder", "attention")}
     sweep = _sweep_info(ctx)
     run_name = cfg.tracking.run_name or _run_name(names, cfg.k, ctx, sweep)
-    # In a sequential sweep, drawing the figures and logging go to the tracking process and
-    # the next job starts at once; the sweep's end waits for them (pipeline.sweep).
-    deferred = tracker is not None and ctx.in_process_sweep
     with _timed(timings, "write"):
         try:
-            if figures is not None:  # drawn there while this process writes the rest
-                figures.draw(res.results_dir(ctx.output_dir) / "plots", curves, cfg.k, run_name)
             results = write_results(ctx.output_dir, cfg, collection, ranking,
                                     placed if stage is None else stage.chunk_docs(placed), ev, per_query, metrics,
-                                    run_name, curves, with_plots=not deferred and figures is None)
+                                    run_name, curves)
             if stage is not None:  # chunk_run.trec, chunks.tsv and context.tsv with chunk ids
                 contexts = (list(placed) if cfg.get("budget") is None else
                             chunkers.budget_context(stage, chunk_ranking.doc_idx, int(cfg.budget), strategy, curve))
                 chunkers.write_chunk_results(results, stage, collection, chunk_ranking.doc_idx, chunk_ranking.scores,
                                              contexts, run_name)
-            if figures is not None:
-                figures.wait()  # the figures are on disk before the record (drawn here if that process failed)
         except OSError as err:  # the ranking stays in the cache: a rerun with a usable folder is quick
             raise InputError(f"cannot write the results to {ctx.output_dir}: {err.strerror or err} "
                              "(set paths.root or hydra.run.dir to a writable folder)") from err
@@ -381,15 +341,8 @@ def run(cfg: DictConfig) -> float:
         print(chunkers.summary_text(stage, cfg, metrics))
     _print_summary(run_name, collection, cfg, metrics, cache_hit, results)
 
-    if tracker is not None and settings is not None:
-        if deferred:
-            try:
-                tracker.log(results, settings, wait=False, note_failure=True)
-            except tracking.TrackingError as err:  # the sweep's end (or pipeline.sync) logs it
-                log.warning("%s; the sweep's end will log %s", err, results)
-            print(f"MLflow run queued ({run_name}) in experiment {experiment!r} at {tracking.redact(settings.uri)}")
-        else:
-            _track(tracker, settings, results, run_name, experiment)
+    if settings is not None:
+        _track(settings, results, run_name, experiment, in_sweep=ctx.sweep_dir is not None)
     return objective
 
 
@@ -504,13 +457,21 @@ def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[s
     return tags
 
 
-def _track(tracker: tracking.Tracker, settings: tracking.StoreSettings, results: Path, run_name: str,
-           experiment: str) -> str:
-    """Log the job's folder and wait; TrackingFailed names the results."""
+def _track(settings: tracking.StoreSettings, results: Path, run_name: str, experiment: str,
+           in_sweep: bool = False) -> str | None:
+    """Log the job's folder in this process. A single job's failure is TrackingFailed, naming
+    the results; a sweep job's is one line and a FAILED note (the sweep ends non-zero, and
+    ``pipeline.sync`` logs the folder later)."""
     t0 = time.perf_counter()
     try:
-        run_id = tracker.log(results, settings, wait=True)
-    except tracking.TrackingError as err:
+        run_id = tracking.log_results(results, settings)
+    except (tracking.TrackingError, InputError) as err:
+        if in_sweep:
+            message = (f"error: {err}\nThe results are safe on disk in {results.resolve()}; "
+                       f"`python -m pipeline.sync {results.parent}` logs them later.")
+            res.write_failed(results.parent, res.read_record(results)["tags"].get(tracking.TAG_OVERRIDES, ""), message)
+            print(f"job {results.parent.name}: {message.splitlines()[0]}", file=sys.stderr)
+            return None
         raise TrackingFailed(
             f"error: {err}\nThe results are safe on disk in {results.resolve()} "
             "(metrics.json, per_query.csv, run.trec, plots/); `python -m pipeline.sync "

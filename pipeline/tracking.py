@@ -10,11 +10,11 @@ Logging is idempotent. The record's ``job_key`` is a tag of the run: logging a f
 is already in the store finds its run (and writes the ``mlflow_run.json`` marker) instead of
 making a second one; a run left half-logged by a killed process is deleted and logged again.
 
-MLflow work runs in a tracking process, ``python -m pipeline.sync --stdin`` (:class:`Tracker`):
-it imports mlflow and opens the store while the job computes, then logs the folders it is
-sent, one JSON line each way per request. Nothing but folder paths and settings cross the
-pipe: what is logged is on disk, so a killed tracking process loses nothing that
-``python -m pipeline.sync`` cannot finish.
+A job logs itself, in its own process, with plain client calls, after its results folder is
+complete; a sweep's parent run is made and closed in the launching process. Writers to one
+sqlite store take turns (:func:`writing`: a lock file beside the store), so the jobs of a
+parallel launcher never meet inside sqlite. Whatever a crash left unlogged is on disk, and
+``python -m pipeline.sync`` logs it later.
 
 Every failure of the store or server surfaces as :class:`TrackingError`; the caller has
 already written the results to disk and says where they are.
@@ -26,8 +26,6 @@ import json
 import logging
 import os
 import posixpath
-import subprocess
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -36,10 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-import numpy as np
 
 from pipeline import results as res
-from pipeline.console import child_env
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,8 +127,7 @@ def client(settings: Any):
     uri = str(settings.uri)
     db = _sqlite_path(uri)
     if db is not None and not db.is_absolute():
-        # a path relative to the working folder, which a shared tracking process changes per job
-        uri = f"sqlite:///{Path.cwd() / db}"
+        uri = f"sqlite:///{db.resolve()}"  # one client per store, wherever it is named from
     try:
         return _client(uri)
     except TrackingError:
@@ -166,13 +161,13 @@ def _create_sqlite_store(db: Path) -> None:
                             "tracking.uri (or paths.store) at a file")
     if db.exists():
         return
-    from filelock import FileLock, Timeout
+    from filelock import Timeout
 
     try:
         db.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TrackingError(f"cannot create the folder of the MLflow store {db}: {exc}") from None
-    lock = FileLock(str(db) + ".lock")
+    lock = _store_lock(db)
     try:
         with lock.acquire(timeout=STORE_LOCK_TIMEOUT_S):
             if db.exists():  # another process made it while this one waited
@@ -200,19 +195,39 @@ def _create_sqlite_store(db: Path) -> None:
                             f"creating {db}; if none is running, delete the lock file") from None
 
 
-def warm() -> None:
-    """Import what logging needs (~4 s): the tracking process does it while the job computes.
+@lru_cache(maxsize=None)
+def _store_lock(db: Path) -> Any:
+    """The lock file beside a sqlite store (``<db>.lock``): one object per store in a process,
+    so that taking it again inside (creating the store while writing) does not wait on itself."""
+    from filelock import FileLock
 
-    Also what a first log would import on its way (the folder lock, pyarrow's pandas
-    bridge for the per-query table), ~30 ms of the job's wait otherwise."""
-    import netrc  # noqa: F401
-    import filelock  # noqa: F401
-    import mlflow.entities  # noqa: F401  (~2 s)
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (~1.7 s; the default store is sqlite)
-    import pyarrow as pa
-    import pyarrow.csv  # noqa: F401
+    return FileLock(str(db.resolve()) + ".lock")
 
-    pa.table({"x": [0]}).to_pandas().to_dict()  # imports pyarrow.pandas_compat and pandas' to_dict
+
+@contextmanager
+def writing(settings: Any) -> Iterator[None]:
+    """Hold the store's writer lock while logging to a sqlite store (no lock for a server):
+    the jobs of a parallel launcher then write one after another, never into a locked
+    database. TrackingError after ``STORE_LOCK_TIMEOUT_S``."""
+    db = _sqlite_path(str(settings.uri))
+    if db is None:
+        yield
+        return
+    from filelock import Timeout
+
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = _store_lock(db)
+        lock.acquire(timeout=STORE_LOCK_TIMEOUT_S)
+    except Timeout:
+        raise TrackingError(f"another process has held {db}.lock for {STORE_LOCK_TIMEOUT_S} s while writing "
+                            "to the store; if none is running, delete the lock file") from None
+    except OSError as exc:
+        raise TrackingError(f"cannot lock the MLflow store {db}: {exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def ensure_store(settings: Any) -> None:
@@ -505,16 +520,6 @@ def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
     )
 
 
-def ensure_plots(results: Path, record: dict[str, Any]) -> None:
-    """Draw the run's figures from its record when the job left them to the tracker."""
-    if res.has_plots(results):
-        return
-    from pipeline.plots import save_run_figures
-
-    curves = {name.removeprefix("curve/"): np.asarray(values, np.float64) for name, values in record["curves"].items()}
-    save_run_figures(results / "plots", curves, int(record["k"]), record["run_name"])
-
-
 def log_results(results: Path, settings: Any | None = None) -> str:
     """Log a results folder as one MLflow run, exactly once; returns the run id.
 
@@ -530,7 +535,7 @@ def log_results(results: Path, settings: Any | None = None) -> str:
         settings = StoreSettings.of(record["tracking"])
     from filelock import FileLock, Timeout
 
-    try:  # one logger per folder at a time: the job's tracking process and a sync may overlap
+    try:  # one logger per folder at a time: a job and a sync may overlap
         # (the lock file lives beside the results folder, which is logged whole as artifacts)
         with FileLock(str(results.parent / f".{results.name}.mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
             return _log_results_locked(results, record, settings)
@@ -548,8 +553,7 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: Any) ->
     if marker is not None and marker.get("uri") == settings.uri:
         return marker["run_id"]
     start = time.perf_counter()
-    ensure_plots(results, record)
-    with _errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
+    with _errors(f"MLflow tracking at {settings.uri} failed", settings.uri), writing(settings):
         mlflow_client = client(settings)
         exp_id = _retrying(lambda: experiment_id(mlflow_client, record["experiment"], settings))
         for found in _runs_with_tags(mlflow_client, exp_id, {TAG_JOB_KEY: record["job_key"]}):
@@ -605,7 +609,7 @@ def start_sweep(settings: Any, experiment: str, sweep_id: str, tags: Mapping[str
     instead (``mlflow.runName``: what the sweep callback sends through the tracking process)."""
     tags = dict(tags)
     run_name = run_name or tags.pop(TAG_RUN_NAME, None)
-    with _errors(f"cannot start the sweep's MLflow parent run at {settings.uri}", settings.uri):
+    with _errors(f"cannot start the sweep's MLflow parent run at {settings.uri}", settings.uri), writing(settings):
         ensure_store(settings)
         mlflow_client = client(settings)
         exp_id = _retrying(lambda: experiment_id(mlflow_client, experiment, settings))
@@ -640,7 +644,7 @@ def finish_sweep(
         tags = {**(tags or {}), TAG_NOTE: description[:8000]}
     if len(table):  # what MlflowClient.log_table sets, set with the batch below (see _log_table)
         tags = {**(tags or {}), TAG_LOGGED_ARTIFACTS: _table_tag(SWEEP_TABLE_FILE)}
-    with _errors(f"cannot log the sweep summary to {settings.uri}", settings.uri):
+    with _errors(f"cannot log the sweep summary to {settings.uri}", settings.uri), writing(settings):
         mlflow_client = client(settings)
         if tags or metrics:
             from mlflow.entities import Metric, RunTag
@@ -655,394 +659,6 @@ def finish_sweep(
             _log_table(mlflow_client, parent_run_id, table, SWEEP_TABLE_FILE)
         mlflow_client.log_artifacts(parent_run_id, str(summary_dir), artifact_path="summary")
         mlflow_client.set_terminated(parent_run_id, status=status)
-
-
-# --------------------------------------------------------------------------- the process
-
-
-#: The environment variable that sets how long (seconds) the shared tracking process waits
-#: for the next job before it exits; ``0`` gives every job a tracking process of its own.
-TRACKER_IDLE_ENV = "PIPELINE_TRACKER_IDLE_S"
-TRACKER_IDLE_S = 600.0
-#: How long a job waits for a shared tracking process it started to listen before it starts
-#: one of its own instead.
-SHARED_START_S = 3.0
-#: Variables that differ between shells, terminals, launchers' jobs and workers but not in
-#: what tracking does: they do not make another shared tracking process (a sweep's parallel
-#: jobs, each with its own SLURM_JOB_ID or SUBMITIT_* or thread limits, share one).
-_VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "LINES", "COLUMNS", "WINDOWID", "TERM_SESSION_ID",
-                           "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TMUX_PANE", "PS1", "PROMPT_COMMAND",
-                           "CUDA_VISIBLE_DEVICES"})
-_VOLATILE_ENV_PREFIXES = ("SLURM_", "SUBMITIT_", "LOKY_", "JOBLIB_", "PBS_", "LSB_", "SGE_", "PMI_", "OMPI_",
-                          "OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_", "VECLIB_", "KMP_", "PYTEST_")
-
-
-def tracker_idle_s() -> float:
-    text = os.environ.get(TRACKER_IDLE_ENV, "").strip()
-    if not text:
-        return TRACKER_IDLE_S
-    try:
-        value = float(text)
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds: each job starts its own tracking process", TRACKER_IDLE_ENV, text)
-        return 0.0
-    return value if value > 0 else 0.0
-
-
-def shared_address() -> Path | None:
-    """The socket of this user's shared tracking process for this code, Python and environment,
-    or None when there is none to use (``PIPELINE_TRACKER_IDLE_S=0``, no Unix sockets, or a
-    folder for it that is not this user's alone).
-
-    The name hashes what the process depends on: the interpreter, this package's source
-    files (path, size, time), mlflow's installation and the environment (less
-    ``_VOLATILE_ENV`` and ``_VOLATILE_ENV_PREFIXES``), so a job never talks to a process
-    running other code or settings."""
-    import hashlib
-    import socket
-
-    if tracker_idle_s() <= 0 or not hasattr(socket, "AF_UNIX") or not hasattr(os, "getuid"):
-        return None
-    folder = _shared_folder()
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        st = folder.stat()
-        here = Path(__file__).resolve().parent
-        stamps = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(here.glob("*.py"))]
-        from importlib.util import find_spec
-
-        spec = find_spec("mlflow")
-        if spec is not None and spec.origin:
-            stamps.append((spec.origin, os.stat(spec.origin).st_mtime_ns, 0))
-    except (OSError, ImportError, ValueError):
-        return None
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None  # someone else's, or open to others: never send requests through it
-    env = sorted((k, v) for k, v in os.environ.items()
-                 if k not in _VOLATILE_ENV and not k.startswith(_VOLATILE_ENV_PREFIXES))
-    key = hashlib.sha256(json.dumps([sys.executable, sys.version, str(here), stamps, env]).encode()).hexdigest()
-    path = folder / f"{key[:20]}.sock"
-    return path if len(str(path)) < 100 else None  # sun_path holds 108 bytes
-
-
-_STARTED: list[subprocess.Popen] = []
-
-
-def _shared_folder() -> Path:
-    return Path(tempfile.gettempdir()) / f"pipeline-tracking-{os.getuid()}"
-
-
-def stop_shared(wait_s: float = 30.0) -> list[int]:
-    """Ask every shared tracking process of this user to leave (SIGTERM: no new job is
-    served; the jobs connected now are served to their end) and wait up to ``wait_s`` for
-    them to exit. Returns their process ids. A lock file that no process holds names no one
-    (its process id may be another process's by now) and is left alone."""
-    import fcntl
-    import signal
-
-    folder = _shared_folder() if hasattr(os, "getuid") else None
-    stopped = []
-    for lock_path in sorted(folder.glob("*.sock.lock")) if folder is not None and folder.is_dir() else []:
-        with open(lock_path, "r+") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                continue  # nobody holds it: no process serves there
-            except OSError:
-                pass
-            try:
-                pid = int(lock.read().strip() or 0)
-            except ValueError:
-                continue
-        if pid > 0:
-            try:
-                os.kill(pid, signal.SIGTERM)
-                stopped.append(pid)
-            except OSError:
-                pass
-    deadline = time.monotonic() + wait_s
-    for pid in stopped:
-        mine = [proc for proc in _STARTED if proc.pid == pid]  # a child of ours: reap it
-        if mine:
-            try:
-                mine[0].wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            continue
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.05)
-    return stopped
-
-
-def _connect(address: Path) -> Any:
-    import socket
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(str(address))
-    except OSError:
-        sock.close()
-        return None
-    return sock
-
-
-def _shared_tracker() -> Tracker | None:
-    """A connection to the shared tracking process, started first if none listens; None
-    when there is none to use or it did not start within ``SHARED_START_S``."""
-    address = shared_address()
-    if address is None:
-        return None
-    sock = _connect(address)
-    started = None
-    if sock is None:
-        with open(str(address) + ".log", "ab") as err:
-            _STARTED[:] = [subprocess.Popen(
-                [sys.executable, "-m", "pipeline.sync", "--serve", str(address), "--idle", str(tracker_idle_s())],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=child_env(),
-                cwd=str(address.parent), start_new_session=True,  # Ctrl-C in the job's terminal is not for it
-            )]  # held, not waited for: it outlives the job
-        started = (f"started the shared tracking process (pid {_STARTED[0].pid}, {address}); it exits after "
-                   f"{tracker_idle_s():.0f} s without a job (python -m pipeline.sync --stop stops it)")
-        deadline = time.monotonic() + SHARED_START_S
-        while sock is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-            sock = _connect(address)
-        if sock is None:
-            log.debug("the shared tracking process did not start within %.0f s; using one of this job's own", SHARED_START_S)
-            return None
-    tracker = Tracker(sock=sock, address=address)
-    tracker.started = started
-    return tracker
-
-
-class Tracker:
-    """The job's line to a tracking process, started before the job computes anything.
-
-    Importing mlflow and opening a sqlite store take ~4 s of CPU, more than a small job
-    computes. So jobs share one tracking process, ``python -m pipeline.sync --serve SOCKET``
-    (:func:`shared_address`): the first job starts it, and it waits ``PIPELINE_TRACKER_IDLE_S``
-    (600 s) for the next job before it exits, so that a later job's logging takes a fraction
-    of a second. Where there is none to use (``PIPELINE_TRACKER_IDLE_S=0``), the job starts
-    its own, ``python -m pipeline.sync --stdin``, whose imports overlap with loading,
-    retrieval and scoring. Requests are JSON lines (an operation, folder paths and the job's
-    working folder); answers come back in order, one JSON line each. A plain ``python``
-    child, not multiprocessing, which cannot start from joblib's workers.
-    """
-
-    def __init__(self, sock: Any = None, address: Path | None = None) -> None:
-        self._buffer = b""  # answers read but not yet taken (os.read, so select sees every byte)
-        self._pending = 0
-        self._opened: set[str] = set()
-        self._sock, self._address, self._gone = sock, address, False
-        #: What the job should log once its logging is set up: it started the shared process.
-        self.started: str | None = None
-        if sock is not None:  # a connection to the shared tracking process
-            self._proc = None
-            self._fd = sock.fileno()
-            return
-        # Its own stderr file: holding the job's stderr open would keep a pipe reading the
-        # job (`python -m pipeline | tee`) waiting for mlflow's shutdown after the job ends.
-        self._log = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.sync", "--stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=child_env(), bufsize=0,
-        )
-        self._fd = self._proc.stdout.fileno()
-
-    @property
-    def shared(self) -> bool:
-        """True when this talks to the shared tracking process (:func:`shared_address`)."""
-        return self._sock is not None
-
-    def alive(self) -> bool:
-        if self._proc is not None:
-            return self._proc.poll() is None
-        if self._gone:
-            return False
-        import select
-        import socket
-
-        try:  # readable with nothing to read: the other end closed
-            if self._pending == 0 and select.select([self._fd], [], [], 0)[0]:
-                self._gone = self._sock.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            self._gone = True
-        return not self._gone
-
-    def send(self, request: dict[str, Any]) -> None:
-        """Queue a request without waiting for its answer (requests run one at a time, in order)."""
-        data = (json.dumps({**request, "cwd": os.getcwd()}) + "\n").encode()
-        try:
-            if self._proc is not None:
-                self._proc.stdin.write(data)
-            else:
-                self._sock.sendall(data)
-        except (BrokenPipeError, OSError, ValueError) as exc:
-            self._gone = True
-            raise TrackingError(f"the MLflow tracking process is gone ({exc})") from None
-        self._pending += 1
-
-    def call(self, request: dict[str, Any], timeout: float | None = None) -> Any:
-        """Send a request and return its answer's result (answers of earlier requests that
-        failed are logged as warnings); TrackingError when it failed or ``timeout`` seconds
-        passed without its answer."""
-        self.send(request)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        answer: dict[str, Any] = {}
-        while self._pending:
-            line = self._read_line(deadline)
-            if line is None:
-                raise TrackingError(f"no answer from the MLflow tracking process within {timeout:.0f} s")
-            if not line:
-                self._gone = True
-                if self._proc is None:
-                    raise TrackingError(f"the shared MLflow tracking process closed the connection (it died?); "
-                                        f"its log: {Path(str(self._address) + '.log')}")
-                code = self._proc.wait()
-                self._log.seek(0)
-                tail = self._log.read().decode(errors="replace")[-2000:]
-                raise TrackingError(f"the MLflow tracking process died (exit status {code}):\n{tail}")
-            self._pending -= 1
-            answer = json.loads(line)
-            if not answer["ok"] and self._pending:
-                log.warning("an earlier tracking request failed: %s", answer["error"])
-        if not answer.get("ok"):
-            raise TrackingError(answer.get("error", "no answer"))
-        return answer.get("result")
-
-    def _read_line(self, deadline: float | None) -> bytes | None:
-        """One answer line; b"" when the process is gone, None when ``deadline`` passed."""
-        import select
-
-        fd = self._fd
-        while b"\n" not in self._buffer:
-            if deadline is not None:
-                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-                if not ready:
-                    return None
-            try:
-                chunk = os.read(fd, 65536)
-            except ConnectionError:
-                chunk = b""
-            if not chunk:
-                return b""
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line + b"\n"
-
-    def open(self, settings: StoreSettings) -> None:
-        """Open (create) the store in the background, once per store."""
-        if settings.uri not in self._opened:
-            self.send({"op": "open", "tracking": settings.as_dict()})
-            self._opened.add(settings.uri)
-
-    def log(self, results: Path, settings: StoreSettings, wait: bool = True, note_failure: bool = False) -> str | None:
-        """Log a results folder; ``wait=False`` returns at once (a failure then leaves a
-        FAILED note in the job's folder when ``note_failure``)."""
-        request = {"op": "log", "results": str(Path(results).resolve()), "tracking": settings.as_dict(),
-                   "note_failure": note_failure}
-        if wait:
-            return self.call(request)
-        self.send(request)
-        return None
-
-    def close(self) -> None:
-        """Close the pipe: the process exits on its own once every request is done, and the
-        job does not wait ~1 s for mlflow's interpreter shutdown. The shared process finishes
-        the connection's requests and waits for the next job."""
-        try:
-            if self._proc is not None:
-                self._proc.stdin.close()
-            else:
-                self._sock.close()
-        except OSError:
-            pass
-
-
-class TrackerFigures:
-    """A single job's figures, drawn by the shared tracking process when it is already running.
-
-    There matplotlib is imported once (:func:`pipeline.sync.serve_shared` loads it once its
-    first job is done), not in every job: that import was ~1 s of a warm single job's 2.7 s.
-    The interface of ``pipeline.plots.FigureProcess``: :meth:`draw` queues the request and
-    returns, :meth:`wait` returns once the figures are on disk, drawn here when the tracking
-    process failed, died or took longer than ``timeout`` (``mkstemp`` names: two writers of
-    one figure never meet)."""
-
-    def __init__(self, tracker: Tracker) -> None:
-        self._tracker = tracker
-        self._queued: list[dict[str, Any]] = []  # plots.figure_request()s
-
-    def draw(self, folder: str | Path, curves: Mapping[str, Any], k: int, title: str) -> None:
-        from pipeline.plots import figure_request
-
-        request = figure_request(folder, curves, k, title)
-        self._queued.append(request)
-        try:
-            self._tracker.send({"op": "draw", **request})
-        except TrackingError:
-            pass  # wait() draws them here
-
-    def wait(self, timeout: float = 120.0) -> None:
-        queued, self._queued = self._queued, []
-        if not queued:
-            return
-        from pipeline import plots
-
-        reason = "the tracking process did not draw them"
-        try:  # answered in order: once "flush" is, every draw before it is done (or failed)
-            self._tracker.call({"op": "flush"}, timeout=timeout)
-        except TrackingError as err:
-            reason = f"no answer from the tracking process ({err})"
-        for request in queued:
-            if not all((Path(request["folder"]) / name).is_file() for name in plots.RUN_FIGURES):
-                log.warning("%s; drawing the figures in %s here", reason, request["folder"])
-                plots.draw_here(request)
-
-
-_TRACKER: list[Tracker] = []  # the process's tracking process (one, reused by a sequential sweep)
-
-
-def tracker(settings: StoreSettings | None = None) -> Tracker:
-    """This process's tracking process, started on first use (and again if it died), with
-    the store opened in the background."""
-    if not _TRACKER or not _TRACKER[0].alive():
-        if not _TRACKER:
-            import atexit
-
-            atexit.register(lambda: [t.close() for t in _TRACKER])
-        _TRACKER[:] = [_shared_tracker() or Tracker()]
-    if settings is not None:
-        _TRACKER[0].open(settings)
-    return _TRACKER[0]
-
-
-def release() -> None:
-    """Let this process's tracking process go: it finishes what it was sent, then exits, and
-    the next :func:`tracker` call starts a fresh one. A job does this before building a large
-    index (``pipeline.run.TRACKER_RELEASE_DOCS``), so that mlflow's ~210 MiB are not held
-    beside it; the fresh process imports mlflow while the job places, scores and writes.
-
-    The shared tracking process is asked to leave as soon as no job is connected to it,
-    unless another job connects first: while it serves other jobs, it stays."""
-    if _TRACKER:
-        done = _TRACKER.pop()
-        if done.shared:
-            try:
-                done.send({"op": "release"})
-            except TrackingError:
-                pass
-        done.close()
-
-
-def prestart() -> None:
-    """Start the tracking process before the config is even composed (``python -m
-    pipeline`` does, unless told ``tracking=none``): mlflow's import then overlaps with
-    Hydra's start-up too."""
-    tracker()
 
 
 # --------------------------------------------------------------------------- reading runs (pipeline.compare)
@@ -1193,7 +809,7 @@ def log_report(
     Raises TrackingError."""
     from mlflow.entities import Param
 
-    with _errors(f"cannot log the comparison to {settings.uri}"):
+    with _errors(f"cannot log the comparison to {settings.uri}"), writing(settings):
         mlflow_client = client(settings)
         if parent_run_id:
             mlflow_client.log_artifacts(parent_run_id, str(folder), artifact_path=artifact_path)

@@ -98,7 +98,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path):
     except subprocess.TimeoutExpired:
         pass
     finally:
-        for _, proc in procs:  # the sweeps and their joblib workers and tracking processes
+        for _, proc in procs:  # the sweeps and their joblib workers
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)

@@ -181,41 +181,6 @@ def test_mlflow_contract(tmp_path, store):
     assert dataset_input.dataset.name == "sample" and len(dataset_input.dataset.digest) > 8
 
 
-def test_a_large_index_is_built_without_the_tracking_process(tmp_path, store, monkeypatch):
-    """From TRACKER_RELEASE_DOCS documents on, a job lets its tracking process go before it
-    indexes (mlflow's memory is not held beside the index) and logs through a fresh one;
-    a cache hit builds no index and keeps the process."""
-    from mlflow import MlflowClient
-
-    import pipeline.run as run_mod
-    from pipeline import tracking
-
-    released = []
-    real_release = tracking.release
-
-    def spy() -> None:
-        released.append(tracking._TRACKER[0]._proc)
-        real_release()
-
-    monkeypatch.setattr(tracking, "release", spy)
-    monkeypatch.setattr(run_mod, "TRACKER_RELEASE_DOCS", 100)  # the sample has 171 documents
-    cfg = compose_cfg([f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
-                       f"paths.root={tmp_path}", "k=5"])
-    ndcg = run_mod.run(cfg)
-    (old,) = released
-    assert old.wait(timeout=60) == 0  # it opened the store, read the end of its input and left
-    assert tracking._TRACKER and tracking._TRACKER[0]._proc.pid != old.pid and tracking._TRACKER[0].alive()
-    client = MlflowClient(tracking_uri=store)
-    (logged,) = client.search_runs([client.get_experiment_by_name("sample").experiment_id])
-    assert logged.data.metrics["ndcg_at_10"] == ndcg and round(ndcg, 4) == 0.5772
-    assert run_mod.run(cfg) == ndcg and len(released) == 1  # a ranking cache hit: no index, no release
-    monkeypatch.setattr(run_mod, "TRACKER_RELEASE_DOCS", 172)
-    assert run_mod.run(compose_cfg([f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
-                                    f"paths.root={tmp_path}", "k=5", "retriever.k1=1.0"])) > 0.5
-    assert len(released) == 1
-    assert len(client.search_runs([client.get_experiment_by_name("sample").experiment_id])) == 3
-
-
 # --------------------------------------------------------------- sweeps
 
 
@@ -261,7 +226,7 @@ def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
     assert len(jobs) == 12 and len(parents) == 1
     assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 11 + ["miss"]
     assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
-    # the figures of jobs that did not wait for tracking are drawn by the tracking process
+    # every job drew its figures
     for i in range(12):
         assert (tmp_path / "sweep" / str(i) / "results" / "plots" / "k_sweep.png").stat().st_size > 10_000
     client = MlflowClient(tracking_uri=store)

@@ -131,52 +131,17 @@ def test_sweep_summary_values_beside_the_bars_up_to_30_jobs():
     assert value_labels(plots.BAR_LABELS_MAX_JOBS + 1) == []  # they would overlap: the table has them
 
 
-def test_a_redrawn_run_figure_is_byte_identical_to_a_new_one(tmp_path, monkeypatch):
-    """save_run_figures redraws the last figure of the same shape with the next run's data
-    (a sweep's tracking process draws a hundred runs): every PNG must be what a figure built
-    for that run alone gives, whatever came before it (other k, other title, other shapes)."""
-    runs = [(_curves(1.0), 5, "k5 bm25"), (_curves(0.6), 1, "k1 litm bm25"),
-            ({key: v for key, v in _curves(0.8).items() if key not in ("map", "mrr")}, 3, "no map"),
-            (_curves(0.9), 10, "k10 attn_opt bm25"), ({key: v[:4] for key, v in _curves(0.7).items()}, 2, "short"),
-            (_curves(0.5), 7, "k7 reverse bm25")]
-    monkeypatch.setattr(plots, "_REUSED", {})
+def test_run_figures_are_written_whole_and_show_each_runs_data(tmp_path):
+    """save_run_figures writes both PNGs (atomically: no temporary file stays), and the data,
+    k and the title reach the pixels: runs that differ in any of them give other files."""
+    runs = [(_curves(1.0), 5, "k5 bm25"), (_curves(0.6), 5, "k5 bm25"), (_curves(1.0), 3, "k5 bm25"),
+            (_curves(1.0), 5, "k5 litm bm25")]
     for i, (curves, k, title) in enumerate(runs):
-        plots.save_run_figures(tmp_path / f"sweep{i}", curves, k, title)
-    assert len(plots._REUSED) == 5  # three k-sweep shapes and two PR lengths for six runs: reused
-    for i, (curves, k, title) in enumerate(runs):
-        monkeypatch.setattr(plots, "_REUSED", {})
-        plots.save_run_figures(tmp_path / f"alone{i}", curves, k, title)
-        for name in ("k_sweep.png", "precision_recall.png"):
-            redrawn, alone = (tmp_path / f"sweep{i}" / name).read_bytes(), (tmp_path / f"alone{i}" / name).read_bytes()
-            assert redrawn[:8] == PNG_MAGIC and redrawn == alone, (i, name)
-    # and the runs' figures differ from each other: the data, k and the title reach the PNG
-    assert len({(tmp_path / f"sweep{i}" / "k_sweep.png").read_bytes() for i in range(len(runs))}) == len(runs)
-
-
-def test_a_run_figure_has_the_pixels_of_a_full_draw(tmp_path, monkeypatch):
-    """save_run_figures draws the axes, ticks and labels once and only the data over them for
-    each run (pipeline.plots._render_png): the pixels must be those of ``fig.savefig`` of a
-    figure built for the run, for the first run and for the redrawn ones."""
-    import io
-
-    from PIL import Image
-
-    def pixels(data: bytes) -> np.ndarray:
-        return np.asarray(Image.open(io.BytesIO(data)).convert("RGBA"))
-
-    monkeypatch.setattr(plots, "_REUSED", {})
-    runs = [(_curves(1.0), 5, "k5 bm25"), (_curves(0.3), 1, "k1 a much longer run name: litm_lc bm25 chunker=tokens"),
-            (_curves(0.95), 10, "k10")]
-    for i, (curves, k, title) in enumerate(runs):
-        plots.save_run_figures(tmp_path / str(i), curves, k, title)
-        fresh = {"k_sweep.png": plots.k_sweep_figure(curves, k, title),
-                 "precision_recall.png": plots.pr_curve_figure(curves["precision"], curves["recall"], title)}
-        for name, fig in fresh.items():
-            full = io.BytesIO()
-            fig.savefig(full, format="png", dpi=plots.RUN_DPI)
-            ours = pixels((tmp_path / str(i) / name).read_bytes())
-            assert ours.shape == pixels(full.getvalue()).shape
-            np.testing.assert_array_equal(ours, pixels(full.getvalue()), err_msg=f"run {i} {name}")
+        written = plots.save_run_figures(tmp_path / str(i), curves, k, title)
+        assert [p.name for p in written] == list(plots.RUN_FIGURES)
+        assert sorted(p.name for p in (tmp_path / str(i)).iterdir()) == sorted(plots.RUN_FIGURES)
+        assert all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
+    assert len({(tmp_path / str(i) / "k_sweep.png").read_bytes() for i in range(len(runs))}) == len(runs)
 
 
 def test_per_query_differences_of_a_sweep_draw_the_ten_that_differ_most():
