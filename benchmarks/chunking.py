@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/pipeline.py would shadow the package
 
 from pipeline import chunkers  # noqa: E402
-from pipeline.data import load_beir  # noqa: E402
+from pipeline.io.collection import load_beir  # noqa: E402
 
 
 def _time(fn):

@@ -1,4 +1,4 @@
-"""Load time and peak memory of pipeline.data on SciFact and on a generated 1M-document corpus.
+"""Load time and peak memory of pipeline.io.collection on SciFact and on a generated 1M-document corpus.
 
 Each measurement runs in a fresh subprocess so that peaks do not mix:
 
@@ -34,7 +34,7 @@ SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 _CHILD = r"""
 import json, resource, sys, time, tracemalloc
 sys.path.insert(0, {root!r})
-from pipeline.data import load_beir, load_sample
+from pipeline.io.collection import load_beir, load_sample
 load_sample()  # warm up: lazy imports (pandas' CSV reader, ...) are not part of the load
 mode, path = sys.argv[1], sys.argv[2]
 

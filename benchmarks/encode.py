@@ -39,10 +39,10 @@ def load_texts(corpus: str | None, n: int) -> tuple[str, list[str]]:
     if corpus is None and (SCIFACT / "corpus.jsonl.gz").exists():
         corpus = str(SCIFACT)
     if corpus is None:
-        from pipeline.data import load_sample
+        from pipeline.io.collection import load_sample
 
         return "sample", load_sample().doc_texts[:n]
-    from pipeline.data import load_beir
+    from pipeline.io.collection import load_beir
 
     return Path(corpus).name, load_beir(Path(corpus)).doc_texts[:n]
 

@@ -72,7 +72,7 @@ def sample_cold(n: int) -> None:
 def job_wait(run_dir: Path) -> float:
     """The job's wait for its run to be logged: the ``track: X s`` line of its pipeline.log."""
     for line in (run_dir / "pipeline.log").read_text().splitlines():
-        if "[pipeline.run][INFO] - track: " in line:
+        if "[pipeline.job][INFO] - track: " in line:
             return float(line.rsplit("track: ", 1)[1].split()[0])
     raise SystemExit(f"no 'track:' line in {run_dir / 'pipeline.log'}")
 

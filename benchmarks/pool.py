@@ -30,8 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import pool as pl  # noqa: E402
-from pipeline.data import Collection  # noqa: E402
+from pipeline.judging import pool as pl  # noqa: E402
+from pipeline.io.collection import Collection  # noqa: E402
 from pipeline.metrics import Qrels  # noqa: E402
 from retrievers.run_file import RunFileRetriever  # noqa: E402
 
@@ -61,7 +61,7 @@ def simulate(folder: Path, n_q: int, n_runs: int, depth: int, n_docs: int, seed:
 
 
 def rankings(collection: Collection, paths: list[Path], depth: int) -> list[np.ndarray]:
-    """What ``--run`` does for each file (``pipeline.pool.run_file_ranking``)."""
+    """What ``--run`` does for each file (``pipeline.judging.pool.run_file_ranking``)."""
     import pandas as pd
 
     docs = pd.Index(np.asarray(collection.doc_ids, dtype=object))

@@ -16,10 +16,10 @@ collection's would.
 **Stages.** Each size runs three fresh subprocesses (``--worker``), so no stage inherits
 another's memory:
 
-- ``text``: ``load`` (``pipeline.data.load_beir``), ``bm25_index`` and ``bm25_search``
+- ``text``: ``load`` (``pipeline.io.collection.load_beir``), ``bm25_index`` and ``bm25_search``
   (``retrievers.bm25.BM25Retriever`` with ``conf/retriever/bm25.yaml``'s settings, depth
   100), ``score`` (``pipeline.metrics.evaluate``, K = 1..100), ``write`` (``run.trec``
-  through ``pipeline.formats.write_run`` and ``metrics.json``) and ``track`` (one MLflow run
+  through ``pipeline.io.formats.write_run`` and ``metrics.json``) and ``track`` (one MLflow run
   through ``pipeline.tracking.log_run``: params, metrics, curves, the results folder as
   artifacts, into a sqlite store in a temporary folder, created before the stage as a sweep
   creates it before its jobs; mlflow's imports are made before the stage too, as the job's
@@ -298,9 +298,9 @@ def random_unit_vectors(n: int, dim: int, seed: Any) -> np.ndarray:
 
 def worker_text(folder: Path, work: Path) -> dict[str, Any]:
     from pipeline import tracking
-    from pipeline import results as res
-    from pipeline.data import load_beir
-    from pipeline.formats import write_run
+    from pipeline.io import results as res
+    from pipeline.io.collection import load_beir
+    from pipeline.io.formats import write_run
     from pipeline.metrics import CURVES, evaluate
     from retrievers.bm25 import BM25Retriever
 
@@ -449,7 +449,7 @@ def measure_encode_rate(mean_words: float) -> dict[str, float]:
     the wall-clock rate is reported beside it."""
     code = (
         "import json,resource,time,sys; sys.path.insert(0, %r)\n"
-        "import torch\nfrom pipeline.data import load_sample\nfrom retrievers.dense import DenseRetriever\n"
+        "import torch\nfrom pipeline.io.collection import load_sample\nfrom retrievers.dense import DenseRetriever\n"
         "texts = load_sample().doc_texts\nr = DenseRetriever(device='cpu')\nr.encode(texts[:8])\n"
         "cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])\n"
         "c = cpu(); t = time.perf_counter(); r.encode(texts); s = time.perf_counter() - t; c = cpu() - c\n"

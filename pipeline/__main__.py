@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline import console
 from pipeline.errors import InputError
-from pipeline.run import run_job
+from pipeline.job import run_job
 from pipeline.sweep import Interrupted, on_interrupt, on_sweep_error
 
 

@@ -7,7 +7,7 @@ vectorized pass. More: README.md, "Scoring any run file".
 Query set: the judged queries of QRELS (like ``trec_eval -c``): a judged query missing from
 the run scores 0; run queries without judgments are ignored and counted on stderr.
 
-Ordering within a query (``--tie-break``, the tie rules of ``pipeline.formats``):
+Ordering within a query (``--tie-break``, the tie rules of ``pipeline.io.formats``):
   file_order  score descending, ties kept in the run file's order (default; old name: score)
   docid_desc  score descending, then document id descending: trec_eval's own re-sort, so
               runs with tied scores give exactly trec_eval's numbers
@@ -46,9 +46,9 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError, positive_int
-from pipeline.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
+from pipeline.io.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
                                tie_break_rule, to_numpy)
-from pipeline.readers import require_file
+from pipeline.io.readers import require_file
 from pipeline.metrics import (EXP_GAIN_LIMIT, FULL_DEPTH, Evaluation, Qrels, check_gain_overflow, evaluate,
                               judged_warning)
 from retrievers.base import rows_to_ranking
@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], *ev.full, "n_relevant",
                     "evaluated"]
             table = table[cols]
-            from pipeline import drilldown
+            from pipeline.report import drilldown
 
             drill = drilldown.of_scored(scored, args.top_k, args.relevance_level, args.corpus, args.queries)
         output = _render(args, means, ks, ev, table if args.per_query else None, drill if args.per_query else None)

@@ -5,10 +5,10 @@
   experiment) and, when tracking, creates the store once (parallel jobs creating a new
   sqlite store lose runs), the experiment and the sweep's parent run, whose id goes into the
   sweep file: every launcher's jobs find it there.
-- Each job logs itself in its own process (``pipeline.run``): its run carries the tag
+- Each job logs itself in its own process (``pipeline.job``): its run carries the tag
   ``sweep_id`` and is nested under the parent run.
 - ``on_multirun_end`` (in the launching process): every finished job that has not reached
-  the store is logged, and the summary (``pipeline.summary``: table, figure, comparison,
+  the store is logged, and the summary (``pipeline.report.summary``: table, figure, comparison,
   built from the jobs' folders) is written to ``<sweep dir>/summary``, for tracked and
   untracked sweeps alike, and logged to the parent run when tracking.
 
@@ -32,10 +32,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from pipeline import config as pconfig
-from pipeline import results as res
+from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
-from pipeline.summary import end_sweep
+from pipeline.report.summary import end_sweep
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class SweepCallback(Callback):
                 signal.signal(sig, _raise_interrupted)
         sweep_id = f"{sweep_dir.parent.name}_{sweep_dir.name}_{uuid.uuid4().hex[:6]}"
         swept = swept_overrides(config)
-        # The jobs read "swept" to put what differs first in their run names (pipeline.run).
+        # The jobs read "swept" to put what differs first in their run names (pipeline.job).
         info: dict[str, Any] = {"sweep_id": sweep_id, "run_name": sweep_name(config, swept),
                                 "swept": " ".join(dict.fromkeys(key for key, _ in swept))}
         if settings is not None:

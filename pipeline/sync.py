@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline import results as res
+from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
 
@@ -30,7 +30,7 @@ def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, lis
     """Log every finished job under ``folders`` and close interrupted sweeps.
 
     Returns (jobs logged or found logged, sweeps closed, errors)."""
-    from pipeline.summary import log_pending, summarize
+    from pipeline.report.summary import log_pending, summarize
 
     errors: list[str] = []
     logged = 0
@@ -78,7 +78,7 @@ def _draw_missing_figures(results: Path, record: dict[str, Any]) -> None:
         return
     import numpy as np
 
-    from pipeline.plots import save_run_figures
+    from pipeline.report.figures import save_run_figures
 
     curves = {name.removeprefix("curve/"): np.asarray(values, np.float64) for name, values in record["curves"].items()}
     save_run_figures(results / "plots", curves, int(record["k"]), record["run_name"])

@@ -8,7 +8,7 @@ that got fewer than ``depth`` results); its score is ``-inf``.
 The helpers that make Rankings live here, once: :func:`top_k` (a dense score matrix),
 :func:`rows_to_ranking` ((query, document, score) rows, as a run file or a fusion gives
 them), :func:`padded` (widen to a depth) and :func:`load_or_compute_ranking` (the on-disk
-cache of ``pipeline.cache``, which stores plain arrays).
+cache of ``pipeline.io.cache``, which stores plain arrays).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.cache import load_or_compute_ranking_arrays
+from pipeline.io.cache import load_or_compute_ranking_arrays
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def load_or_compute_ranking(
 ) -> tuple[Ranking, bool]:
     """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
 
-    ``pipeline.cache.load_or_compute_ranking_arrays`` with Rankings: ``key`` holds the
+    ``pipeline.io.cache.load_or_compute_ranking_arrays`` with Rankings: ``key`` holds the
     collection digest, the retriever's ``cache_key()`` and the ``depth``; ``reuse_deeper``
     lets a deeper cached ranking of a ``prefix_stable`` retriever serve the request;
     ``n_queries`` and ``n_docs`` (the collection's) let a cached entry be checked against

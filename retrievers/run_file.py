@@ -1,9 +1,9 @@
 """A "retriever" that reads a TREC run produced elsewhere (another system, a reranker).
 
-The run (``qid Q0 docid rank score tag``, read and validated by ``pipeline.formats.read_run``)
+The run (``qid Q0 docid rank score tag``, read and validated by ``pipeline.io.formats.read_run``)
 is mapped onto the collection: ``index`` records the corpus's document ids, ``search``
 returns, for each requested query, its documents ordered by score descending, then by the
-tie rule ``tie_break`` (the names are ``pipeline.formats``'s, shared with the scorer):
+tie rule ``tie_break`` (the names are ``pipeline.io.formats``'s, shared with the scorer):
 
 - ``doc_index`` (default): document index in the corpus ascending — the project's rule for
   its own retrievers;
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.formats import TIE_BREAKS, RunFile, read_run, tie_break_rule
+from pipeline.io.formats import TIE_BREAKS, RunFile, read_run, tie_break_rule
 from retrievers.base import Ranking, rows_to_ranking
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class RunFileRetriever:
     Args:
         path: the run file (``.gz`` accepted).
         tie_break: ``doc_index`` (default), ``docid_desc`` (trec_eval's order) or
-            ``file_order`` (see ``pipeline.formats``).
+            ``file_order`` (see ``pipeline.io.formats``).
     """
 
     prefix_stable = True

@@ -85,7 +85,7 @@ def test_formats_numpy_bridges_equal_pyarrows_own():
     import numpy as np
     import pyarrow as pa
 
-    from pipeline.formats import from_numpy, to_numpy
+    from pipeline.io.formats import from_numpy, to_numpy
 
     ints = pa.chunked_array([pa.array([5, 6, 7], pa.int32()), pa.array([8, 9], pa.int32())])
     floats = pa.array([0.5, -1.25, 3.0, 1e-300]).slice(1)
@@ -104,7 +104,7 @@ def test_arrow_array_equals_pa_array_without_pandas():
     code = """
 import sys
 import numpy as np
-from pipeline.formats import arrow_array
+from pipeline.io.formats import arrow_array
 cases = [np.array([True, False, True] * 5), np.arange(7)[::2], np.array([1.5, -2.0]), ["a", None, "é", ""],
          [1, None, 3], [1.5, None], [True, None, False], np.array(["x", "y"], dtype=object), [np.int64(3), 4], []]
 built = [arrow_array(c) for c in cases] + [arrow_array([1, None], __import__("pyarrow").int32())]

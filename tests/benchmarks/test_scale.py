@@ -40,7 +40,7 @@ def test_generator_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 
 
 def test_generated_folder_is_a_realistic_beir_collection(tmp_path):
-    from pipeline.data import load_beir
+    from pipeline.io.collection import load_beir
 
     n_docs, n_queries = 2000, 100
     manifest = scale.generate(tmp_path / "g", n_docs, n_queries, seed=3)

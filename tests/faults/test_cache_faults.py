@@ -3,7 +3,7 @@ truncated or legacy entry is a warning naming the file, is recomputed, and the n
 equal a cold run's; an unwritable cache folder is one warning and the computed value;
 cache files get the mode a plain ``open`` gives (0644 under umask 022).
 
-The issue's two end-to-end cases run the app in-process (``pipeline.run.run`` on a Hydra
+The issue's two end-to-end cases run the app in-process (``pipeline.job.run`` on a Hydra
 compose of ``tracking=none paths.root=TMP``); the dense one uses a fast hashed
 bag-of-words encoder instead of MiniLM (which takes ~30 s to encode the sample here).
 """
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-import pipeline.cache as cache_mod
-from pipeline.cache import content_hash
-from pipeline.data import load_beir
-from pipeline.run import run
+import pipeline.io.cache as cache_mod
+from pipeline.io.cache import content_hash
+from pipeline.io.collection import load_beir
+from pipeline.job import run
 from retrievers.base import Ranking, load_or_compute_ranking
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
@@ -69,7 +69,7 @@ def collection():
 
 
 def retrieve(collection, retriever, cache: Path, depth: int = 20) -> tuple[Ranking, bool]:
-    """What pipeline/run.py does, with the collection's sizes for the verification."""
+    """What pipeline/job.py does, with the collection's sizes for the verification."""
     key = {"collection": collection.digest, "retriever": retriever.cache_key(), "depth": depth}
 
     def compute() -> Ranking:
@@ -187,7 +187,7 @@ def test_tampered_ranking_entry_is_detected(tmp_path, caplog, collection, fault)
     if forge:  # the hashes agree with the tampered arrays: the structural checks must catch it
         rehash(meta, "doc_idx", idx)
         rehash(meta, "scores", scores)
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         again, hit = retrieve(collection, BM25Retriever(), tmp_path)
     assert not hit, fault
     assert_same(again, cold)
@@ -224,7 +224,7 @@ def test_unreadable_ranking_entry_is_recomputed(tmp_path, caplog, collection, fa
     else:
         named = meta
         meta.write_text("[1, 2, 3]")
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         again, hit = retrieve(collection, BM25Retriever(), tmp_path)
     assert not hit
     assert_same(again, cold)
@@ -238,7 +238,7 @@ def test_legacy_ranking_entry_is_recomputed_with_an_info_line(tmp_path, caplog, 
     record = json.loads(meta.read_text())
     del record["hash"], record["n_docs"]  # what the cache wrote before this change
     meta.write_text(json.dumps(record))
-    with caplog.at_level(logging.INFO, logger="pipeline.cache"):
+    with caplog.at_level(logging.INFO, logger="pipeline.io.cache"):
         again, hit = retrieve(collection, BM25Retriever(), tmp_path)
     assert not hit and not warnings_of(caplog)
     assert meta.name in caplog.text and "predates" in caplog.text
@@ -253,7 +253,7 @@ def test_a_damaged_deeper_entry_is_not_reused(tmp_path, caplog, collection):
     scores = np.load(score_path)
     scores[:, 0] = 0.0  # breaks the order and the hash
     np.save(score_path, scores)
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         shallow, hit = retrieve(collection, BM25Retriever(), tmp_path, depth=20)
     assert not hit and score_path.name in warnings_of(caplog)
     assert_same(shallow, deep.head(20))
@@ -292,7 +292,7 @@ def test_tampered_embeddings_are_recomputed(tmp_path, caplog, collection, fault,
     for path in (tmp_path / "rankings").iterdir():
         path.unlink()
     encoder = BowEncoder()
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         retriever = DenseRetriever(encoder=encoder, cache_dir=tmp_path)
         again, hit = retrieve(collection, retriever, tmp_path)
     assert not hit
@@ -317,7 +317,7 @@ def test_unreadable_embeddings_are_recomputed(tmp_path, caplog, collection, faul
         named = docs_meta
     for path in (tmp_path / "rankings").iterdir():
         path.unlink()
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         again, _ = retrieve(collection, DenseRetriever(encoder=BowEncoder(), cache_dir=tmp_path), tmp_path)
     assert_same(again, cold)
     assert named.name in warnings_of(caplog)
@@ -345,7 +345,7 @@ def test_full_disk_keeps_the_computed_ranking_and_warns_once(tmp_path, caplog, c
     reference, _ = retrieve(collection, BM25Retriever(), tmp_path / "reference")
     monkeypatch.setattr(cache_mod.os, "replace", no_space)
     cache = tmp_path / "full"
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         got, hit = retrieve(collection, BM25Retriever(), cache)
         got2, hit2 = retrieve(collection, BM25Retriever(), cache, depth=25)
         emb = DenseRetriever(encoder=BowEncoder(), cache_dir=cache)

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pipeline import data
+from pipeline.io import collection as data
 from pipeline.errors import InputError
-from pipeline.formats import read_qrels, read_run
+from pipeline.io.formats import read_qrels, read_run
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 INT = re.compile(r"[+-]?[0-9]+", re.ASCII)

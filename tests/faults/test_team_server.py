@@ -34,7 +34,7 @@ RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \((?P<name>[^)]*)\)
 
 def refused_line(uri: str) -> str:
     """The one line a job prints when the server answers 401 (no or wrong credentials).
-    pipeline/tracking.py maps MLflow's RestException 401/403 to it."""
+    pipeline/tracking/__init__.py maps MLflow's RestException 401/403 to it."""
     return (f"error: the MLflow server at {uri} refused the credentials "
             "(set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import results as res
+from pipeline.io import results as res
 from pipeline import tracking
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from pipeline import judgments as jd
-from pipeline.formats import read_qrels
+from pipeline.judging import judgments as jd
+from pipeline.io.formats import read_qrels
 
 ANNOTATORS = ("ann@example.org", "bob@example.org", "cy@example.org")
 

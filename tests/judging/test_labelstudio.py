@@ -17,10 +17,10 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import lsserver
-from pipeline import judgments as jd
-from pipeline import labelstudio
-from pipeline import pool as pl
-from pipeline.formats import read_qrels
+from pipeline.judging import judgments as jd
+from pipeline.judging import labelstudio
+from pipeline.judging import pool as pl
+from pipeline.io.formats import read_qrels
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")

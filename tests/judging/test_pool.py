@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from pipeline import pool as pl
-from pipeline.formats import read_qrels
+from pipeline.judging import pool as pl
+from pipeline.io.formats import read_qrels
 
 QUERIES = ["q1", "q2", "q3"]
 DOCS = [f"d{i}" for i in range(8)]

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from pipeline.run import CURVES, run
+from pipeline.job import CURVES, run
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -166,7 +166,7 @@ def test_mlflow_contract(tmp_path, store):
         assert [m.step for m in sorted(history, key=lambda m: m.step)] == list(range(1, 21))
         assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(disk["curves"][name])
     params = run_.data.params
-    assert params["k"] == "5" and params["reorder._target_"] == "pipeline.placement.lost_in_the_middle"
+    assert params["k"] == "5" and params["reorder._target_"] == "pipeline.context.placement.lost_in_the_middle"
     assert params["retriever.k1"] == "1.2" and params["gain"] == "exp"
     tags = run_.data.tags
     assert tags["hydra_overrides"].startswith("k=5 reorder=lost_in_the_middle")
@@ -240,7 +240,7 @@ def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
     assert all(len(v) == 1 for v in by_k.values())
     cu = {r.data.params["reorder._target_"]: r.data.metrics["context_utility_at_10"] for r in jobs
           if r.data.params["k"] == "10"}
-    assert cu["pipeline.placement.attention_optimal"] >= max(cu.values()) - 1e-12
+    assert cu["pipeline.context.placement.attention_optimal"] >= max(cu.values()) - 1e-12
     assert len(set(cu.values())) > 1
 
 
@@ -278,7 +278,7 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
 
 
 def test_collection_is_loaded_once_per_process_until_a_file_changes(tmp_path):
-    from pipeline.run import load
+    from pipeline.job import load
 
     folder = tmp_path / "beir"
     shutil.copytree(SAMPLE, folder, ignore=shutil.ignore_patterns("README.md"))

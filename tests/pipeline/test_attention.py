@@ -1,4 +1,4 @@
-"""Attention curves (pipeline/attention.py)."""
+"""Attention curves (pipeline/context/attention.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import attention
+from pipeline.context import attention
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 CURVES = {
@@ -123,7 +123,7 @@ def test_curves_reject_k_below_one(name):
 
 
 def test_one_check_of_k_for_curves_and_placements():
-    from pipeline import placement
+    from pipeline.context import placement
 
     assert attention.check_k(np.int64(3)) == 3 and type(attention.check_k(np.int64(3))) is int
     for bad in (0, -1, True, 2.0, "3"):

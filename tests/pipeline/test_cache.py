@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.cache import (
+from pipeline.io.cache import (
     digest,
     load_or_compute_array,
     load_or_compute_ranking_arrays,
     save_array,
     texts_digest,
 )
-from pipeline.data import load_beir
+from pipeline.io.collection import load_beir
 from retrievers.base import Ranking, load_or_compute_ranking
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
@@ -164,7 +164,7 @@ def test_damaged_entry_is_recomputed(tmp_path, caplog):
     load_or_compute_array(tmp_path, key, lambda: np.ones(3))
     npy = next((tmp_path / "arrays").glob("*.npy"))
     npy.write_bytes(b"not an npy file")
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         arr, hit = load_or_compute_array(tmp_path, key, lambda: np.full(3, 2.0))
     assert not hit and arr.tolist() == [2.0, 2.0, 2.0]
     assert "unreadable" in caplog.text
@@ -293,14 +293,14 @@ def test_damaged_ranking_entry_is_recomputed(tmp_path, caplog):
     load_or_compute_ranking(tmp_path, key, lambda: ranking)
     for scores_file in (tmp_path / "rankings").glob("*.scores.npy"):
         np.save(scores_file, np.zeros((1, 3), np.float32))  # a shape the indices do not have
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         again, hit = load_or_compute_ranking(tmp_path, key, lambda: ranking)
     assert not hit and again is ranking and "unreadable" in caplog.text
 
 
 def test_cache_imports_no_retrievers():
-    """pipeline.cache is an input/output module: importing it loads no retriever code."""
-    code = "import sys, pipeline.cache; print(sorted(m for m in sys.modules if m.split('.')[0] == 'retrievers'))"
+    """pipeline.io.cache is an input/output module: importing it loads no retriever code."""
+    code = "import sys, pipeline.io.cache; print(sorted(m for m in sys.modules if m.split('.')[0] == 'retrievers'))"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

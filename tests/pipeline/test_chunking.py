@@ -1,4 +1,4 @@
-"""Chunking, folding, context metrics and token budgets (pipeline.chunking, pipeline.chunkers)."""
+"""Chunking, folding, context metrics and token budgets (pipeline.context.chunking, pipeline.chunkers)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from pipeline import chunkers, chunking
+from pipeline import chunkers
+from pipeline.context import chunking
 from pipeline.errors import InputError
-from pipeline.placement import none as place_none
+from pipeline.context.placement import none as place_none
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -198,7 +199,7 @@ def test_budget_metrics_equal_a_direct_count():
 
 
 def _run(tmp_path: Path, name: str, *overrides: str) -> Path:
-    from pipeline.run import run
+    from pipeline.job import run
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["tracking=none", f"paths.root={tmp_path / 'out'}",

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from pipeline import compare
+from pipeline.report import compare
 
 ROOT = Path(__file__).resolve().parents[2]
 QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
@@ -293,7 +293,7 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
 def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
     """compare.read_per_query converts only query_id, evaluated and the metrics asked for;
     what it returns and the errors it names are those of the whole table."""
-    from pipeline.compare import read_per_query
+    from pipeline.report.compare import read_per_query
     from pipeline.errors import InputError
 
     path = tmp_path / "per_query.csv"

@@ -1,4 +1,4 @@
-"""Tests for pipeline.data: real collections, every bad input, soft problems, digest, formats."""
+"""Tests for pipeline.io.collection: real collections, every bad input, soft problems, digest, formats."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.data import REPORT_KEYS, load_beir, load_ir_datasets, load_sample, load_trec
+from pipeline.io.collection import REPORT_KEYS, load_beir, load_ir_datasets, load_sample, load_trec
 from pipeline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,7 +212,7 @@ def _awkward_corpus(folder: Path) -> Path:
 
 
 def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
-    import pipeline.data as data
+    import pipeline.io.collection as data
 
     folder = _awkward_corpus(tmp_path / "f")
     held = load_beir(folder, lazy_texts=False)
@@ -232,7 +232,7 @@ def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
 
 
 def test_lazy_texts_by_default_only_for_a_large_plain_corpus(tmp_path, monkeypatch):
-    import pipeline.data as data
+    import pipeline.io.collection as data
 
     plain, packed = write_beir(tmp_path / "plain"), write_beir(tmp_path / "packed", gz=True)
     assert isinstance(load_beir(plain).doc_texts, list)  # 16 MiB and more by default
@@ -275,7 +275,7 @@ def test_a_job_on_lazy_texts_gives_the_same_results(tmp_path):
     """The whole job (BM25 indexing reads the texts in batches) on the sample, texts held or not."""
     from hydra import compose, initialize_config_dir
 
-    from pipeline.run import run
+    from pipeline.job import run
 
     metrics = {}
     for lazy in ("false", "true"):
@@ -383,7 +383,7 @@ def test_first_repeated_document_id_is_the_one_reported(tmp_path):
 
 
 def test_equal_id_hashes_without_equal_ids_are_not_duplicates():
-    from pipeline.data import _raise_duplicate_doc
+    from pipeline.io.collection import _raise_duplicate_doc
 
     ids = ["a", "b", "c"]  # pretend "a" collided with another id's 64-bit hash
     assert _raise_duplicate_doc(ids, {hash("a")}, lambda: iter(()), "corpus") is None
@@ -468,7 +468,7 @@ def test_soft_problems_are_counted_kept_and_logged(tmp_path, caplog):
         ]
     )
     folder = write_beir(tmp_path / "f", docs=docs, qrels=qrels)
-    with caplog.at_level(logging.INFO, logger="pipeline.data"):
+    with caplog.at_level(logging.INFO, logger="pipeline.io.collection"):
         c = load_beir(folder)
     assert c.report == {
         "empty_docs": 1,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import results as res
+from pipeline.io import results as res
 from pipeline import tracking
-from pipeline.run import JobContext, _run_name
+from pipeline.job import JobContext, _run_name
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = {"retriever": "bm25", "reorder": "none", "attention": "liu2023"}

@@ -276,7 +276,7 @@ def _check_against_oracles(collection, relevance_level: int):
 
 
 def test_sample_collection_equals_the_oracles():
-    from pipeline.data import load_sample
+    from pipeline.io.collection import load_sample
 
     collection = load_sample()
     assert (collection.qrels.grade == 0).any()  # judged non-relevant documents: N > 0
@@ -289,7 +289,7 @@ def test_cranfield_equals_the_oracles():
     path = DATA / "cranfield"
     if not path.is_dir():
         pytest.skip(f"real collection 'cranfield' not found at {path} (../shared/data is absent)")
-    from pipeline.data import load_beir
+    from pipeline.io.collection import load_beir
 
     collection = load_beir(path)
     for level in (1, 3):  # Cranfield grades are 1..4: N = 0 at level 1, grades 1-2 are non-relevant at 3
@@ -334,7 +334,7 @@ def test_scorer_reports_judged_and_bpref_and_takes_judged_only(tmp_path, capsys)
 def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
     from hydra import compose, initialize_config_dir
 
-    from pipeline.run import run
+    from pipeline.job import run
 
     overrides = ["tracking=none", f"paths.root={tmp_path}", "judged_only=true", "objective=bpref"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

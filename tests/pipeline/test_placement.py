@@ -1,4 +1,4 @@
-"""Placement strategies, place() and context_utility (pipeline/placement.py)."""
+"""Placement strategies, place() and context_utility (pipeline/context/placement.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pipeline import attention, placement
+from pipeline.context import attention, placement
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -1,4 +1,4 @@
-"""The one line reader (pipeline/readers.py) and what qrels and run files get from it:
+"""The one line reader (pipeline/io/readers.py) and what qrels and run files get from it:
 byte order marks dropped on both paths, faults named by file and line, one dedupe rule."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.formats import dedupe_judgments, read_qrels, read_run, tie_break_rule
-from pipeline.readers import BOM, first_text_line, raw_lines, require_file, text_lines
+from pipeline.io.formats import dedupe_judgments, read_qrels, read_run, tie_break_rule
+from pipeline.io.readers import BOM, first_text_line, raw_lines, require_file, text_lines
 
 QRELS = "q1 0 d1 2\nq1 0 d2 0\nq2 0 d3 1\n"
 RUN = "q1 Q0 d2 1 9.5 t\nq1 Q0 d1 2 9.0 t\nq2 Q0 d3 1 1.0 t\n"
@@ -179,6 +179,6 @@ def test_tie_break_vocabulary():
 
 
 def test_the_whitespace_list_is_every_character_str_split_splits_on():
-    from pipeline.formats import _WHITESPACE
+    from pipeline.io.formats import _WHITESPACE
 
     assert _WHITESPACE == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.formats import read_qrels, read_run, write_run
+from pipeline.io.formats import read_qrels, read_run, write_run
 from pipeline.score import main, score_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,7 +233,7 @@ def test_value_error_from_computing_code_is_one_line_with_status_2(tmp_path, cap
 
 def test_k_beyond_the_run_is_derived_bit_for_bit(tmp_path):
     """Clamping K to the run's depth gives exactly what evaluating every K gives."""
-    from pipeline.formats import read_qrels, read_run
+    from pipeline.io.formats import read_qrels, read_run
     from pipeline.metrics import evaluate
     from pipeline.score import rank_run, score_files
 

@@ -569,11 +569,11 @@ def test_tukey_hsd_leaves_out_the_queries_where_every_system_ties():
 
 
 def test_a_jobs_objective_interval_is_computed_once_per_values_and_seed(monkeypatch):
-    """pipeline.run.objective_ci: the BCa interval of the evaluated queries' objective, kept
+    """pipeline.job.objective_ci: the BCa interval of the evaluated queries' objective, kept
     for the next job of the process with the same values and seed (a sweep over placement)."""
     from types import SimpleNamespace
 
-    from pipeline import run
+    from pipeline import job as run
 
     rng = np.random.default_rng(4)
     mrr = rng.random(50)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from pipeline import results as res
+from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,7 +126,7 @@ def test_one_override_moves_every_output(tmp_path):
 
 
 def test_the_tie_count_leaves_out_the_best_even_when_it_is_not_marked():
-    from pipeline.summary import _tied_with
+    from pipeline.report.summary import _tied_with
 
     # One job succeeded: its own row says False (nothing to compare), which gave "-1 other job(s)".
     assert _tied_with(pd.DataFrame({"tied_with_best": [False]})) == 0

@@ -371,7 +371,7 @@ def test_a_corpus_changed_under_the_index_is_an_input_error(tmp_path):
     """Lazy texts read while indexing: a file changed since loading is the loader's InputError."""
     import json
 
-    from pipeline.data import load_beir
+    from pipeline.io.collection import load_beir
     from pipeline.errors import InputError
 
     (tmp_path / "qrels").mkdir()

@@ -1,5 +1,5 @@
 """Encoding backends (torch, onnx, onnx-int8), the per-text embedding cache, built files and
-the progress bar of retrievers/dense.py and pipeline/cache.py.
+the progress bar of retrievers/dense.py and pipeline/io/cache.py.
 
 nDCG@10 is computed by pytrec_eval (trec_eval's ndcg_cut_10). The ONNX exports and the
 embeddings of the slow tests are kept in the shared test cache of test_scifact.py
@@ -19,7 +19,7 @@ import pytest
 from test_scifact import cache_dir, scifact  # noqa: F401  (shared fixtures: SciFact, the persistent cache)
 
 import retrievers.dense as dense_mod
-from pipeline.cache import TextEmbeddingStore, content_hash, load_or_build_file, text_hashes
+from pipeline.io.cache import TextEmbeddingStore, content_hash, load_or_build_file, text_hashes
 from retrievers.dense import DenseRetriever
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -101,7 +101,7 @@ def test_text_store_round_trip_partial_hits_and_damage(tmp_path, caplog):
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         _, found, shards = store.lookup(hashes)
     assert shards == 1 and found.tolist() == [True, True, False, True] and "content hash mismatch" in caplog.text
     assert len(list(store.folder.glob("*.json"))) == 1
@@ -120,7 +120,7 @@ def test_built_files_are_built_once_and_verified(tmp_path, caplog):
     assert load_or_build_file(tmp_path, key, "model.onnx", build) == (path, True) and len(builds) == 1
     assert not list(path.parent.glob(".*.tmp"))  # the build folder is gone
     path.write_bytes(b"exported modem " * 100)  # same size, other content
-    with caplog.at_level(logging.WARNING, logger="pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         again, hit = load_or_build_file(tmp_path, key, "model.onnx", build)
     assert not hit and len(builds) == 2 and again.read_bytes() == b"exported model " * 100
     assert "content hash mismatch" in caplog.text
@@ -213,7 +213,7 @@ def backend_scores(collection, cache) -> dict[str, float]:
 @pytest.mark.slow
 def test_onnx_matches_torch_on_the_sample(cache_dir):  # noqa: F811
     pytest.importorskip("onnxruntime")
-    from pipeline.data import load_sample
+    from pipeline.io.collection import load_sample
 
     scores = backend_scores(load_sample(), cache_dir)
     assert 0.5 < scores["torch"] < 0.95, scores

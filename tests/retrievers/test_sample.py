@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.data import load_sample
+from pipeline.io.collection import load_sample
 from pipeline.metrics import evaluate
 from retrievers.bm25 import BM25Retriever
 

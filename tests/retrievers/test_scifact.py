@@ -28,7 +28,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def scifact():
     if not (SCIFACT / "corpus.jsonl.gz").exists():
         pytest.skip(f"SciFact not found at {SCIFACT}")
-    from pipeline.data import load_beir
+    from pipeline.io.collection import load_beir
 
     return load_beir(SCIFACT)
 
@@ -37,7 +37,7 @@ def scifact():
 def cache_dir(tmp_path_factory) -> Path:
     """Embeddings of SciFact, kept between test sessions (MiniLM needs minutes for them on two
     CPU cores): ``RAG_EVAL_TEST_CACHE``, default ``~/.cache/rag-retrieval-eval/tests``. Entries
-    are keyed by the model's files and the texts and verified on read (pipeline.cache), so a
+    are keyed by the model's files and the texts and verified on read (pipeline.io.cache), so a
     stale or damaged one is encoded again; ``RAG_EVAL_TEST_CACHE=off`` forces a cold run."""
     where = os.environ.get("RAG_EVAL_TEST_CACHE", str(Path.home() / ".cache" / "rag-retrieval-eval" / "tests"))
     if where == "off":

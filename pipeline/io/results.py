@@ -12,7 +12,7 @@ file                   what                                                     
 =====================  ==========================================================  ==============
 metrics.json           headline means, curves, the collection's counts             the job
 per_query.csv          every metric at every K, one row per query, and the         the job
-                       drill-down (``pipeline.drilldown``: query text, first
+                       drill-down (``pipeline.report.drilldown``: query text, first
                        relevant rank, judged share, top k with snippets)
 failures.md            the queries with no relevant document in the top k          the job
 run.trec               the ranking as a TREC run (``qid Q0 docid rank score tag``)  the job

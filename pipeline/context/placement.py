@@ -3,7 +3,7 @@
 A strategy is a pure function ``strategy(k, weights=None) -> int64[k]`` whose entry ``s`` is
 the 0-based rank of the chunk placed in slot ``s + 1``: a permutation of ``0..k-1``. The
 config group ``conf/reorder`` registers each one with ``_partial_: true``. ``weights`` is the
-attention curve over the k slots (see ``pipeline.attention``); only ``attention_optimal``
+attention curve over the k slots (see ``pipeline.context.attention``); only ``attention_optimal``
 reads it.
 
 ``place`` applies a strategy to a ranking; ``context_utility`` scores the placed order
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.attention import check_k, is_valley, unwrap
+from pipeline.context.attention import check_k, is_valley, unwrap
 from pipeline.metrics import gain_values
 
 Strategy = Callable[..., NDArray[np.int64]]

@@ -28,14 +28,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from pipeline import chunkers, config, console, drilldown, tracking
-from pipeline import results as res
-from pipeline.data import Collection
+from pipeline import chunkers, config, console, tracking
+from pipeline.report import drilldown
+from pipeline.io import results as res
+from pipeline.io.collection import Collection
 from pipeline.errors import InputError
-from pipeline.formats import arrow_array, write_run
+from pipeline.io.formats import arrow_array, write_run
 from pipeline.metrics import (CURVES, UNJUDGED, Evaluation, condense, definition_card, evaluate, grade_matrix,
                               ideal_matrix, judged_warning, parse_key, report_ks)
-from pipeline.placement import context_utility, place
+from pipeline.context.placement import context_utility, place
 from retrievers.base import Ranking, load_or_compute_ranking
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ def write_results(
     title: str,
     curves: dict[str, np.ndarray],
 ) -> Path:
-    """Everything the run produced, on disk under ``out/results`` (``pipeline.results``), each
+    """Everything the run produced, on disk under ``out/results`` (``pipeline.io.results``), each
     file written atomically, the figures included. The record is written by the caller, last.
     ``curves``: the mean of each family of :data:`CURVES` at every K."""
     results = res.results_dir(out)
@@ -198,7 +199,7 @@ def write_results(
     res.write_json(results / "metrics.json", payload)
     # First: it refuses ids a TREC file cannot hold (a lone surrogate) with one line naming the id.
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)
-    # The drill-down (pipeline.drilldown): query text, first relevant rank, judged share, top k.
+    # The drill-down (pipeline.report.drilldown): query text, first relevant rank, judged share, top k.
     drill = drilldown.of_collection(collection, ranking.doc_idx, cfg.k, cfg.relevance_level)
     _write_csv(drilldown.with_columns(per_query, drill), results / "per_query.csv")
     res.write_text(results / drilldown.FAILURES_FILE, drill.failures_markdown())
@@ -211,7 +212,7 @@ def write_results(
     res.write_text(results / "definition_card.md",
                    definition_card(config.gain_name(cfg), cfg.relevance_level, TIE_RULE,  # type: ignore[arg-type]
                                    judged_only=judged_only_of(cfg)))
-    from pipeline.plots import save_run_figures  # matplotlib: imported where figures are drawn
+    from pipeline.report.figures import save_run_figures  # matplotlib: imported where figures are drawn
 
     save_run_figures(results / "plots", curves, cfg.k, title)
     return results
@@ -228,7 +229,7 @@ def _write_csv(table: Any, path: Path) -> None:
 
 def _per_query_columns(ev: Evaluation, k: int) -> list[str]:
     """The per-query table at k (the UI's table view; the full table is an artifact), with
-    the drill-down's columns (``pipeline.drilldown.table_columns``)."""
+    the drill-down's columns (``pipeline.report.drilldown.table_columns``)."""
     return drilldown.table_columns(
         [*[f"{family}_at_{k}" for family in ev.families()], *ev.full, "n_relevant", "evaluated"], k)
 

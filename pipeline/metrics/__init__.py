@@ -91,15 +91,15 @@ TABLE: tuple[Family, ...] = (
            "sum of gain(rel at slot i) * w(i) over the placed top K, divided by the same sum for the best "
            "judged documents in the best slots (w = the attention curve stretched over K slots); 1 = the "
            "strongest evidence sits where the model looks; chunked runs: the placed chunks, each with its document's "
-           "grade, over every chunk of the judged documents", "this project (pipeline/placement.py)",
+           "grade, over every chunk of the judged documents", "this project (pipeline/context/placement.py)",
            stage="placed"),
     Family("context_precision", "context precision@K", True, False,
            "(# of the top K chunks whose document is relevant) / K: the share of the context from relevant "
            "documents (a chunk's grade is its document's); logged by chunked or budgeted runs only",
-           "this project (pipeline/chunking.py)", stage="placed"),
+           "this project (pipeline/context/chunking.py)", stage="placed"),
     Family("context_recall", "context recall@K", True, False,
            "(# distinct relevant documents with a chunk in the top K) / R; logged by chunked or budgeted runs "
-           "only", "this project (pipeline/chunking.py)", stage="placed"),
+           "only", "this project (pipeline/context/chunking.py)", stage="placed"),
     Family("judged", "judged@K", True, True,
            "(# judged documents in the top K) / (# documents retrieved in the top K), i.e. / K unless the "
            "ranking is shorter; 0 when nothing was retrieved; judged = graded >= 0 for the query (0 "

@@ -8,7 +8,7 @@ so curves are not normalised. The config group ``conf/attention`` registers each
 
 A computing module: bad arguments raise ``ValueError`` (the stages that call it with the
 user's settings turn that into ``InputError``). :func:`check_k` is the project's one check
-of K, the number of context slots, shared with ``pipeline.placement``.
+of K, the number of context slots, shared with ``pipeline.context.placement``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.attention import check_k
+from pipeline.context.attention import check_k
 from pipeline.metrics import gain_values
 
 FOLDS = ("maxp", "firstp", "sump")

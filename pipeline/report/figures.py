@@ -235,7 +235,7 @@ def sweep_summary_figure(
 def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> list[Path]:
     """A run's figures as PNG files in ``folder``: the K-sweep and the precision-recall curve,
     each written atomically (a reader never sees half a PNG)."""
-    from pipeline.results import atomic_open
+    from pipeline.io.results import atomic_open
 
     folder = Path(folder)
     figures = {RUN_FIGURES[0]: k_sweep_figure(curves, k, title),

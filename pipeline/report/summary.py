@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipeline import results as res
+from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
 
@@ -78,7 +78,7 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     (``best_<objective>`` and its CI)."""
     import pandas as pd
 
-    from pipeline import plots
+    from pipeline.report import figures as plots
 
     sweep_dir = Path(sweep_dir)
     out = sweep_dir / res.SUMMARY
@@ -210,7 +210,7 @@ def _compare(sweep_dir: Path, objective: str, out: Path, n_jobs: int) -> tuple[d
     """The statistics of the sweep's jobs on the objective (``summary/compare/``), or why not."""
     if n_jobs < 2:
         return None, ""
-    from pipeline.compare import report_for_folders
+    from pipeline.report.compare import report_for_folders
 
     try:
         return report_for_folders([sweep_dir], metrics=[objective], out=out / "compare"), ""
@@ -224,7 +224,7 @@ def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str,
     sweep (``retriever=bm25 (6 jobs)``), else the first name and how many more."""
     if len(records) == 1:
         return records[0]["run_name"]
-    from pipeline.compare import parse_overrides
+    from pipeline.report.compare import parse_overrides
 
     every = [parse_overrides(r["tags"].get(tracking.TAG_OVERRIDES, "")) for _, r in jobs]
     mine = [parse_overrides(r["tags"].get(tracking.TAG_OVERRIDES, "")) for r in records]
@@ -238,7 +238,7 @@ def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str,
 def _best_on_parent(best: Any, objective: str, ci_cols: list[str], table: Any) -> tuple[dict[str, str], dict[str, float]]:
     if best is None:
         return {}, {}
-    from pipeline.compare import parse_overrides
+    from pipeline.report.compare import parse_overrides
 
     tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
             **{f"best.{k}": v for k, v in parse_overrides(str(best["overrides"])).items()

@@ -1,0 +1,1 @@
+"""Context placement: attention curves, placement strategies, chunk windows, folding and budgets (computing tier: numpy only)."""

@@ -1,0 +1,1 @@
+"""Reading and writing: line readers, TREC formats, collections, the results folder, caches, downloads."""

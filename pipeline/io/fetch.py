@@ -1,0 +1,323 @@
+"""Download a BEIR collection: ``python -m pipeline.fetch NAME [--into DIR]``.
+
+    python -m pipeline.fetch scifact                 # -> data/scifact (corpus.jsonl, queries.jsonl, qrels/)
+    python -m pipeline dataset=beir dataset.path=data/scifact
+
+The zip comes from the BEIR server (``--url BASE`` or ``$RAG_EVAL_BEIR_URL`` moves it to a
+mirror: ``BASE/NAME.zip``) and is checked against the MD5 that BEIR publishes for it
+(the table in BEIR's README, copied into ``CHECKSUMS`` below; ``--md5`` gives it for a
+name that is not there). Then:
+
+- the download goes to ``DIR/.NAME.zip.part`` and continues where it stopped when the
+  server honours HTTP ranges (otherwise it starts again);
+- the zip is unpacked into a temporary folder inside DIR and renamed to ``DIR/NAME`` only
+  when complete, with a ``.fetched.json`` note (name, URL, MD5, every file and its size);
+  a zip entry that would land outside the folder is refused;
+- run again, it checks that note against the folder and says the collection is already
+  there and verified (``--force`` downloads it again); a folder it did not make is left
+  alone.
+
+Exit status: 0 done (or already there); 2 bad input (an unknown name without ``--md5``, a
+malformed checksum, a ``DIR/NAME`` that is not ours, a zip that is not a BEIR collection);
+3 the download failed: the server cannot be reached (offline: copy a BEIR folder from a
+machine that has one instead), answers with an error, or sends bytes whose checksum is
+wrong (nothing is unpacked, the partial download is deleted). Each failure is one line on
+stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pipeline.errors import InputError
+
+BASE_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
+URL_ENV = "RAG_EVAL_BEIR_URL"
+MARKER = ".fetched.json"
+TIMEOUT_S = 30.0
+CHUNK = 1 << 20
+
+#: MD5 of each public BEIR zip, as published in the table of BEIR's README
+#: (github.com/beir-cellar/beir, "Available Datasets"). Sizes are BEIR's (corpus documents).
+CHECKSUMS: dict[str, str] = {
+    "scifact": "5f7d1de60b170fc8027bb7898e2efca1",  # 5K docs, 300 test queries
+    "nfcorpus": "a89dba18a62ef92f7d323ec890a0d38d",  # 3.6K docs, 323 test queries, graded
+    "arguana": "8ad3e3c2a5867cdced806d6503f29b99",  # 8.67K docs, 1,406 queries
+    "fiqa": "17918ed23cd04fb15047f73e6c3bd9d9",  # 57K docs, 648 test queries
+    "scidocs": "38121350fc3a4d2f48850f6aff52e4a9",  # 25K docs, 1,000 queries
+    "trec-covid": "ce62140cb23feb9becf6270d0d1fe6d1",  # 171K docs, 50 queries, deep judgments
+    "webis-touche2020": "46f650ba5a527fc69e0a6521c5a23563",  # 382K docs
+    "quora": "18fb154900ba42a600f84b839c173167",  # 523K docs
+    "cqadupstack": "4e41456d7df8ee7760a7f866133bda78",  # 457K docs in 12 sub-forum folders
+    "nq": "d4d3d2e48787a744b6f6e691ff534307",  # 2.68M docs
+    "hotpotqa": "f412724f78b0d91183a0e86805e16114",  # 5.23M docs
+    "dbpedia-entity": "c2a39eb420a3164af735795df012ac2c",  # 4.63M docs
+    "fever": "5a818580227bfb4b35bb6fa46d9b6c03",  # 5.42M docs
+    "climate-fever": "8b66f0a9126c521bae2bde127b4dc99d",  # 5.42M docs
+    "msmarco": "444067daf65d982533ea17ebd59501e4",  # 8.84M docs
+}
+
+OFFLINE_HINT = ("copy a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) from a machine that has one, "
+                "then run: python -m pipeline dataset=beir dataset.path=FOLDER")
+
+
+class FetchFailed(Exception):
+    """The download failed (unreachable, HTTP error, wrong checksum): exit status 3."""
+
+    exit_code = 3
+
+
+# ------------------------------------------------------------------------------ checks
+
+
+def _expected_md5(name: str, md5: str | None) -> str:
+    if md5 is not None:
+        md5 = md5.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{32}", md5):
+            raise InputError(f"--md5 must be 32 hexadecimal digits, got {md5!r}")
+        return md5
+    if name not in CHECKSUMS:
+        raise InputError(f"no published checksum for {name!r}: known collections are {', '.join(sorted(CHECKSUMS))} "
+                         "(give --md5 for another BEIR zip)")
+    return CHECKSUMS[name]
+
+
+def _check_name(name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
+        raise InputError(f"{name!r} is not a collection name (letters, digits, '.', '_', '-')")
+
+
+def md5_of(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _listing(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` (but the note) and its size."""
+    return {p.relative_to(folder).as_posix(): p.stat().st_size
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MARKER}
+
+
+def verified(target: Path, md5: str) -> bool:
+    """Whether ``target`` holds what ``pipeline.fetch`` unpacked from the zip with ``md5``:
+    its note names that checksum and every file listed there has its size."""
+    try:
+        note = json.loads((target / MARKER).read_text())
+        files = note["files"]
+        return note.get("md5") == md5 and all((target / f).is_file() and (target / f).stat().st_size == size
+                                              for f, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _is_beir(folder: Path) -> bool:
+    return ((folder / "corpus.jsonl").is_file() or (folder / "corpus.jsonl.gz").is_file()) and \
+        (folder / "queries.jsonl").is_file() and (folder / "qrels").is_dir()
+
+
+# ------------------------------------------------------------------------------ download
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or url
+
+
+def _reason(err: BaseException) -> str:
+    reason = getattr(err, "reason", err)
+    if isinstance(reason, socket.gaierror):
+        return "the name does not resolve"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "no answer"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    return str(reason) or type(reason).__name__
+
+
+def download(url: str, part: Path, progress: bool, say=print) -> None:
+    """``url`` into ``part``, continuing a partial file when the server honours ranges; the
+    folder of ``part`` is made once the server answers."""
+    have = part.stat().st_size if part.exists() else 0
+    request = urllib.request.Request(url, headers={"User-Agent": "rag-retrieval-eval/pipeline.fetch"})
+    if have:
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and have:  # the part is already whole (or longer): let the checksum decide
+            return
+        raise FetchFailed(f"error: {url}: HTTP {err.code} {err.reason}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise FetchFailed(f"error: cannot reach {_host(url)} ({_reason(err)}); this machine looks offline: "
+                          f"{OFFLINE_HINT}") from None
+    with response:
+        resumed = have and response.status == 206
+        if have and not resumed:
+            have = 0  # the server sent the whole file
+        total = response.headers.get("Content-Length")
+        total = int(total) + have if total and total.isdigit() else None
+        size = f" ({total / 1e6:.1f} MB)" if total else ""
+        say(f"downloading {url}{size}" + (f", continuing after {have / 1e6:.1f} MB" if resumed else ""))
+        try:
+            part.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"cannot create {part.parent}: {err.strerror or err}") from None
+        bar = _bar(total, have, url.rsplit("/", 1)[-1]) if progress else None
+        try:
+            with open(part, "ab" if resumed else "wb") as fh:
+                while block := response.read(CHUNK):
+                    fh.write(block)
+                    if bar is not None:
+                        bar.update(len(block))
+        except (urllib.error.URLError, OSError) as err:
+            raise FetchFailed(f"error: the download from {_host(url)} broke off ({_reason(err)}); run the same "
+                              f"command again to continue it") from None
+        finally:
+            if bar is not None:
+                bar.close()
+
+
+def _bar(total: int | None, initial: int, desc: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+                file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------ unpack
+
+
+def unpack(archive: Path, name: str, into: Path) -> tuple[Path, Path]:
+    """Unzip ``archive`` into a new temporary folder in ``into``; returns (that folder, the
+    collection folder in it: the zip's single top folder, else the temporary folder itself).
+    Entries that would land outside are refused. The caller removes the temporary folder."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.unpacking-", dir=into))
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            root = tmp.resolve()
+            for info in zf.infolist():
+                if info.filename.startswith(("/", "\\")) or not (tmp / info.filename).resolve().is_relative_to(root):
+                    raise InputError(f"{archive}: entry {info.filename!r} would land outside the folder")
+            zf.extractall(tmp)
+    except zipfile.BadZipFile as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"{archive}: not a zip file ({err})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    entries = [p for p in tmp.iterdir() if p.name != "__MACOSX"]
+    return tmp, entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
+
+
+def fetch(name: str, into: Path, base_url: str, md5: str | None = None, force: bool = False,
+          progress: bool = False, say=print) -> Path:
+    """Download, verify and unpack collection ``name`` into ``into/name``; returns that folder."""
+    _check_name(name)
+    expected = _expected_md5(name, md5)
+    into = Path(into)
+    target = into / name
+    if target.exists() and not force:
+        if verified(target, expected):
+            say(f"{target}: already there and verified ({name}, md5 {expected}); nothing to do")
+            return target
+        if not (target / MARKER).exists():
+            raise InputError(f"{target} exists and was not fetched here; use it as it is "
+                             f"(dataset.path={target}), remove it, or give --force to replace it")
+        say(f"{target}: incomplete or changed since it was fetched; fetching it again")
+    url = f"{base_url.rstrip('/')}/{name}.zip"
+    part = into / f".{name}.zip.part"
+    started = time.perf_counter()
+    download(url, part, progress, say)
+    got = md5_of(part)
+    if got != expected:
+        part.unlink(missing_ok=True)
+        raise FetchFailed(f"error: {url}: checksum mismatch (md5 {got}, expected {expected}); "
+                          "the download was deleted and nothing was unpacked")
+    tmp: Path | None = None
+    try:  # a verified zip is not kept: the note in the folder vouches for it from now on
+        tmp, folder = unpack(part, name, into)
+        if not _is_beir(folder) and not any(_is_beir(p) for p in folder.iterdir() if p.is_dir()):
+            raise InputError(f"{url} is not a BEIR collection (no corpus.jsonl, queries.jsonl and qrels/)")
+        note = {"name": name, "url": url, "md5": expected,
+                "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": _listing(folder)}
+        (folder / MARKER).write_text(json.dumps(note, indent=1) + "\n")
+        old = None
+        if target.exists():  # --force, or a broken earlier fetch: swap it out, then delete it
+            old = Path(tempfile.mkdtemp(prefix=f".{name}.old-", dir=into))
+            os.replace(target, old / name)
+        os.replace(folder, target)  # the collection appears whole, or not at all
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when the zip had no top folder
+        part.unlink(missing_ok=True)
+    files = json.loads((target / MARKER).read_text())["files"]
+    size = sum(files.values())
+    say(f"{target}: {len(files)} files, {size / 1e6:.1f} MB, md5 verified, in {time.perf_counter() - started:.1f} s")
+    return target
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.fetch",
+        description="Download a BEIR collection, verify its checksum and unpack it into a folder.",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("name", nargs="?", help=f"the collection: {', '.join(CHECKSUMS)}")
+    parser.add_argument("--into", default="data", metavar="DIR",
+                        help="the parent folder: the collection lands in DIR/NAME (default: data)")
+    parser.add_argument("--url", default=None, metavar="BASE",
+                        help=f"where the zips are, BASE/NAME.zip (default: ${URL_ENV} or {BASE_URL})")
+    parser.add_argument("--md5", default=None, metavar="HEX",
+                        help="the zip's expected MD5 (default: BEIR's published one; needed for other names)")
+    parser.add_argument("--force", action="store_true", help="download and unpack again, replacing DIR/NAME")
+    parser.add_argument("--list", action="store_true", help="list the collections with a published checksum")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list or not args.name:
+        if not args.list:
+            print("error: name a collection, e.g. python -m pipeline.fetch scifact", file=sys.stderr)
+        print("collections (BEIR, published MD5):", ", ".join(CHECKSUMS), file=sys.stdout if args.list else sys.stderr)
+        return 0 if args.list else 2
+    base = args.url or os.environ.get(URL_ENV) or BASE_URL
+    progress = sys.stderr.isatty()
+    try:
+        target = fetch(args.name, Path(args.into), base, md5=args.md5, force=args.force, progress=progress)
+    except (InputError, FetchFailed) as err:
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; run the same command again to continue the download", file=sys.stderr)
+        return 130
+    print(f"run it: python -m pipeline dataset=beir dataset.path={target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Relevance judging: pooling, Label Studio exports, consensus and agreement."""

@@ -1,0 +1,383 @@
+"""Label Studio export -> TREC qrels and inter-annotator agreement: ``python -m pipeline.judgments``.
+
+    python -m pipeline.judgments EXPORT.json [--out DIR] [--rule median|majority|max]
+        [--relevance-level 1] [--choices grade]
+
+EXPORT.json is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with
+``data`` and ``annotations``) of a project made by ``pipeline.pool``: every task's ``data``
+has ``query_id`` and ``doc_id``, and the grade is the exported value of the ``<Choices
+name="grade">`` (the digit ``0``-``3``; a value such as ``"2: gives useful background"`` is
+read by its leading integer). Annotators are named by their e-mail when the export has it,
+else ``user<id>``. Cancelled (skipped) annotations and annotations without a grade are
+counted and left out; when one annotator graded the same (query, document) more than once
+the annotation with the highest id (the latest) counts.
+
+Written to ``--out`` (default: the export's folder / ``<export name>.judgments``):
+
+- ``qrels.<annotator>.txt``: one TREC qrels per annotator (``qid 0 docid grade``);
+- ``qrels.consensus.txt``: one grade per judged (query, document), by ``--rule`` over the
+  grades it received (one grade: that grade):
+  ``median`` (default): the median; with an even number of grades, the lower of the two
+  middle grades (never above what half of the annotators gave);
+  ``majority``: the most frequent grade; a tie between grades goes to the lowest of them;
+  ``max``: the highest grade (a document is as relevant as its most generous annotator says);
+- ``agreement.json``: for each pair of annotators, on the items both graded, Cohen's kappa
+  with quadratic weights (kappa = 1 - sum w*O / sum w*E, w_ij = (i - j)^2, O the observed and
+  E the chance joint distribution of the two annotators' grades; equals scikit-learn's
+  ``cohen_kappa_score(weights="quadratic", labels=range(lo, hi + 1))``), and over all
+  annotators Krippendorff's alpha with the ordinal distance (``krippendorff.alpha``,
+  items graded once carry no pairable value); each on the graded scale and binarized
+  (grade >= ``--relevance-level`` -> 1, else 0). A coefficient whose chance disagreement is
+  zero (e.g. both annotators always gave the same grade) is undefined: ``null``;
+- ``disagreements.tsv``: every item whose grades differ, worst first: largest spread
+  (max - min grade), then items on both sides of the relevance level, then by query and
+  document id; with the grades of each annotator, the consensus and the question.
+
+The qrels are ready for ``python -m pipeline dataset=trec dataset.qrels=DIR/qrels.consensus.txt ...``
+and ``python -m pipeline.score``. A malformed export stops with one line (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pipeline.errors import InputError
+
+RULES = ("median", "majority", "max")
+
+
+@dataclass
+class Judgments:
+    """Grades by annotator: ``grades[annotator][(query_id, doc_id)] = grade``."""
+
+    grades: dict[str, dict[tuple[str, str], int]]
+    queries: dict[str, str] = field(default_factory=dict)  # query id -> text (from the tasks)
+    report: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def annotators(self) -> list[str]:
+        return sorted(self.grades)
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every (query, document) graded by someone, sorted."""
+        return sorted({item for by in self.grades.values() for item in by})
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _grade(value: Any, where: str, path: Path) -> int:
+    text = str(value).strip()
+    match = re.match(r"^(-?\d+)(?:\s*[:.)\-]|$)", text)
+    if not match:
+        raise InputError(f"{where}: grade {value!r} is not an integer (expected 0-3 or '2: ...')", path)
+    return int(match.group(1))
+
+
+def _annotator(annotation: dict[str, Any]) -> str:
+    who = annotation.get("completed_by")
+    if isinstance(who, dict):
+        return str(who.get("email") or f"user{who.get('id')}")
+    if who is None:
+        return "unknown"
+    return f"user{who}"
+
+
+def read_export(path: str | Path, choices: str = "grade") -> Judgments:
+    """Parse a Label Studio JSON export (the module docstring); InputError on anything malformed."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("export file not found", path) from None
+    except OSError as err:
+        raise InputError(f"cannot read the export: {err.strerror}", path) from None
+    try:
+        tasks = json.loads(raw)
+    except UnicodeDecodeError as err:
+        raise InputError(f"not UTF-8 text (byte {err.start})", path) from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"not valid JSON: {err.msg} (column {err.colno})", path, err.lineno) from None
+    if not isinstance(tasks, list):
+        raise InputError("not a Label Studio JSON export: expected a list of tasks "
+                         f"(exportType=JSON), found a JSON {type(tasks).__name__}", path)
+    grades: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}
+    queries: dict[str, str] = {}
+    report = dict.fromkeys(("tasks", "annotations", "cancelled", "without_grade", "regraded"), 0)
+    for i, task in enumerate(tasks):
+        where = f"task {i + 1}" + (f" (id {task.get('id')})" if isinstance(task, dict) and "id" in task else "")
+        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
+            raise InputError(f"{where}: not a task object with a 'data' object", path)
+        data = task["data"]
+        for key in ("query_id", "doc_id"):
+            if not isinstance(data.get(key), (str, int)) or not str(data.get(key)).strip():
+                raise InputError(f"{where}: data has no {key!r} (was the project made by pipeline.pool?)", path)
+        item = (str(data["query_id"]).strip(), str(data["doc_id"]).strip())
+        if isinstance(data.get("query"), str):
+            queries.setdefault(item[0], data["query"])
+        annotations = task.get("annotations", [])
+        if not isinstance(annotations, list):
+            raise InputError(f"{where}: 'annotations' is not a list", path)
+        report["tasks"] += 1
+        for annotation in annotations:
+            if not isinstance(annotation, dict):
+                raise InputError(f"{where}: an annotation is not an object", path)
+            report["annotations"] += 1
+            if annotation.get("was_cancelled"):
+                report["cancelled"] += 1
+                continue
+            results = annotation.get("result") or []
+            if not isinstance(results, list):
+                raise InputError(f"{where}: an annotation's 'result' is not a list", path)
+            values = [r.get("value", {}).get("choices") for r in results
+                      if isinstance(r, dict) and r.get("from_name") == choices and isinstance(r.get("value"), dict)]
+            values = [v for v in values if v]
+            if not values:
+                report["without_grade"] += 1
+                continue
+            if not isinstance(values[0], list) or len(values[0]) != 1:
+                raise InputError(f"{where}: expected one choice in {choices!r}, found {values[0]!r}", path)
+            grade = _grade(values[0][0], where, path)
+            who = _annotator(annotation)
+            order = annotation.get("id") if isinstance(annotation.get("id"), int) else report["annotations"]
+            mine = grades.setdefault(who, {})
+            if item in mine:
+                report["regraded"] += 1
+                if mine[item][0] > order:
+                    continue
+            mine[item] = (order, grade)
+    if not report["tasks"]:
+        raise InputError("the export has no tasks", path)
+    return Judgments({who: {item: g for item, (_, g) in by.items()} for who, by in grades.items()}, queries, report)
+
+
+# --------------------------------------------------------------------------- consensus
+
+
+def consensus_grade(grades: Sequence[int], rule: str) -> int:
+    """One grade from several, by ``rule`` (median, majority, max; ties as documented)."""
+    ordered = sorted(grades)
+    if not ordered:
+        raise ValueError("no grades")
+    if rule == "median":
+        return ordered[(len(ordered) - 1) // 2]  # the lower middle grade when the count is even
+    if rule == "majority":
+        values, counts = np.unique(ordered, return_counts=True)
+        return int(values[np.argmax(counts)])  # argmax takes the first (lowest) of tied counts
+    if rule == "max":
+        return ordered[-1]
+    raise ValueError(f"unknown rule {rule!r}; choose one of {', '.join(RULES)}")
+
+
+def consensus(judgments: Judgments, rule: str) -> dict[tuple[str, str], int]:
+    return {item: consensus_grade([by[item] for by in judgments.grades.values() if item in by], rule)
+            for item in judgments.items()}
+
+
+# --------------------------------------------------------------------------- agreement
+
+
+def quadratic_kappa(a: NDArray[np.integer], b: NDArray[np.integer]) -> float:
+    """Cohen's kappa with quadratic weights of two annotators' integer grades of the same
+    items: 1 - sum(w * O) / sum(w * E), w_ij = (i - j)^2 over the grades lo..hi seen in a or b,
+    O the observed joint proportions, E the product of the marginals. NaN when sum(w * E) = 0."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if len(a) != len(b):
+        raise ValueError("the two annotators must grade the same items")
+    if not len(a):
+        return float("nan")
+    lo = min(a.min(), b.min())
+    n = int(max(a.max(), b.max()) - lo + 1)
+    observed = np.zeros((n, n))
+    np.add.at(observed, (a - lo, b - lo), 1.0)
+    observed /= len(a)
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
+    i = np.arange(n)
+    w = (i[:, None] - i[None, :]).astype(np.float64) ** 2
+    chance = float((w * expected).sum())
+    if chance == 0.0:
+        return float("nan")
+    return 1.0 - float((w * observed).sum()) / chance
+
+
+def reliability_matrix(judgments: Judgments, items: Sequence[tuple[str, str]]) -> NDArray[np.float64]:
+    """annotators x items, NaN where an annotator did not grade an item."""
+    matrix = np.full((len(judgments.annotators), len(items)), np.nan)
+    for row, who in enumerate(judgments.annotators):
+        by = judgments.grades[who]
+        for col, item in enumerate(items):
+            if item in by:
+                matrix[row, col] = by[item]
+    return matrix
+
+
+def ordinal_alpha(matrix: NDArray[np.floating]) -> float:
+    """Krippendorff's alpha, ordinal, of an annotators x items matrix (NaN = missing); NaN when
+    fewer than two pairable values or a single value in them (no chance disagreement)."""
+    import krippendorff
+
+    pairable = np.sum(~np.isnan(matrix), axis=0) >= 2
+    values = matrix[:, pairable]
+    values = values[~np.isnan(values)]
+    if values.size < 2 or len(np.unique(values)) < 2:
+        return float("nan")
+    return float(krippendorff.alpha(reliability_data=matrix, level_of_measurement="ordinal"))
+
+
+def _finite(value: float) -> float | None:
+    return None if not np.isfinite(value) else float(value)
+
+
+def agreement(judgments: Judgments, relevance_level: int = 1) -> dict[str, Any]:
+    """Pairwise quadratic kappa and ordinal alpha, graded and binarized (the module docstring)."""
+    items = judgments.items()
+    matrix = reliability_matrix(judgments, items)
+    binary = np.where(np.isnan(matrix), np.nan, (matrix >= relevance_level).astype(np.float64))
+    pairs = []
+    for x, y in itertools.combinations(judgments.annotators, 2):
+        gx, gy = judgments.grades[x], judgments.grades[y]
+        common = sorted(gx.keys() & gy.keys())
+        a = np.array([gx[i] for i in common], np.int64)
+        b = np.array([gy[i] for i in common], np.int64)
+        pairs.append({
+            "annotators": [x, y], "n_items": len(common),
+            "exact_agreement": _finite(float(np.mean(a == b))) if len(common) else None,
+            "kappa_quadratic": _finite(quadratic_kappa(a, b)),
+            "kappa_quadratic_binary": _finite(quadratic_kappa(a >= relevance_level, b >= relevance_level)),
+        })
+    return {
+        "annotators": {who: len(judgments.grades[who]) for who in judgments.annotators},
+        "n_items": len(items),
+        "n_items_multiply_graded": int(np.sum(np.sum(~np.isnan(matrix), axis=0) >= 2)),
+        "relevance_level": relevance_level,
+        "alpha_ordinal": _finite(ordinal_alpha(matrix)),
+        "alpha_ordinal_binary": _finite(ordinal_alpha(binary)),
+        "pairs": pairs,
+    }
+
+
+def disagreements(judgments: Judgments, agreed: dict[tuple[str, str], int], relevance_level: int) -> list[dict[str, Any]]:
+    """Items whose grades differ, worst first (the module docstring)."""
+    rows = []
+    for item in judgments.items():
+        given = {who: by[item] for who, by in judgments.grades.items() if item in by}
+        lo, hi = min(given.values()), max(given.values())
+        if lo == hi:
+            continue
+        rows.append({
+            "query_id": item[0], "doc_id": item[1], "spread": hi - lo,
+            "crosses_relevance_level": int(lo < relevance_level <= hi),
+            "grades": ";".join(f"{who}={g}" for who, g in sorted(given.items())),
+            "consensus": agreed[item], "query": judgments.queries.get(item[0], ""),
+        })
+    rows.sort(key=lambda r: (-r["spread"], -r["crosses_relevance_level"], r["query_id"], r["doc_id"]))
+    return rows
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _safe_name(annotator: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", annotator).strip("._") or "annotator"
+
+
+def _write_qrels(path: Path, grades: dict[tuple[str, str], int]) -> None:
+    from pipeline.io.formats import _check_writable_id
+    from pipeline.io.results import atomic_open
+
+    for q, d in grades:
+        _check_writable_id(q, "query", path)
+        _check_writable_id(d, "document", path)
+    sep = "\t" if any(any(c.isspace() for c in q + d) for q, d in grades) else " "
+    with atomic_open(path) as fh:
+        fh.write("".join(f"{q}{sep}0{sep}{d}{sep}{g}\n" for (q, d), g in sorted(grades.items())))
+
+
+def write_outputs(out: Path, judgments: Judgments, rule: str, relevance_level: int) -> dict[str, Any]:
+    from pipeline.io.results import atomic_open
+
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    used: set[str] = set()
+    for who in judgments.annotators:
+        name = _safe_name(who)
+        while name in used:
+            name += "_"
+        used.add(name)
+        path = out / f"qrels.{name}.txt"
+        _write_qrels(path, judgments.grades[who])
+        files[who] = str(path)
+    agreed = consensus(judgments, rule)
+    _write_qrels(out / "qrels.consensus.txt", agreed)
+    stats = agreement(judgments, relevance_level)
+    stats.update({"rule": rule, "qrels": files, "consensus": str(out / "qrels.consensus.txt"),
+                  "export": judgments.report})
+    with atomic_open(out / "agreement.json") as fh:
+        json.dump(stats, fh, indent=2, allow_nan=False)
+    rows = disagreements(judgments, agreed, relevance_level)
+    columns = ["query_id", "doc_id", "spread", "crosses_relevance_level", "grades", "consensus", "query"]
+    with atomic_open(out / "disagreements.tsv") as fh:
+        fh.write("\t".join(columns) + "\n")
+        for row in rows:
+            fh.write("\t".join(re.sub(r"\s+", " ", str(row[c])) for c in columns) + "\n")
+    stats["n_disagreements"] = len(rows)
+    return stats
+
+
+def _fmt(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.4f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.judgments",
+                                     description="Label Studio JSON export -> TREC qrels and agreement (docs/judging.md).")
+    parser.add_argument("export", help="Label Studio JSON export (exportType=JSON)")
+    parser.add_argument("--out", default=None, help="output folder (default: EXPORT's folder/<name>.judgments)")
+    parser.add_argument("--rule", default="median", help="consensus rule: median (default), majority or max")
+    parser.add_argument("--relevance-level", type=int, default=1, help="grade >= this is relevant (default 1)")
+    parser.add_argument("--choices", default="grade", help="the <Choices name> holding the grade (default grade)")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    args = parser.parse_args(argv)
+    try:
+        if args.rule not in RULES:
+            raise InputError(f"--rule must be one of {', '.join(RULES)}, got {args.rule!r}")
+        judgments = read_export(args.export, args.choices)
+        if not judgments.grades:
+            raise InputError("the export has no graded annotations", args.export)
+        export = Path(args.export)
+        out = Path(args.out) if args.out else export.parent / f"{export.stem}.judgments"
+        stats = write_outputs(out, judgments, args.rule, args.relevance_level)
+    except InputError as err:
+        if args.debug:
+            raise
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    r = judgments.report
+    print(f"{r['tasks']} tasks, {r['annotations']} annotations ({r['cancelled']} cancelled, "
+          f"{r['without_grade']} without a grade, {r['regraded']} regraded: latest kept); "
+          f"{stats['n_items']} judged documents, {stats['n_items_multiply_graded']} graded by two or more")
+    for who, n in stats["annotators"].items():
+        print(f"  {who}: {n} grades -> {stats['qrels'][who]}")
+    print(f"consensus ({args.rule}): {stats['consensus']}")
+    print(f"Krippendorff's alpha (ordinal): graded {_fmt(stats['alpha_ordinal'])}, "
+          f"binary at grade >= {args.relevance_level} {_fmt(stats['alpha_ordinal_binary'])}")
+    for pair in stats["pairs"]:
+        print(f"  Cohen's kappa (quadratic) {pair['annotators'][0]} vs {pair['annotators'][1]} on {pair['n_items']} "
+              f"items: graded {_fmt(pair['kappa_quadratic'])}, binary {_fmt(pair['kappa_quadratic_binary'])}")
+    print(f"{stats['n_disagreements']} disagreements, worst first: {out / 'disagreements.tsv'}; "
+          f"agreement: {out / 'agreement.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
