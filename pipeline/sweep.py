@@ -86,11 +86,12 @@ def _end_active(status: str) -> str:
     settings: tracking.StoreSettings | None = _ACTIVE.get("settings")
     objective = str(_ACTIVE["objective"])
     _ACTIVE.clear()  # once
-    try:
-        end_sweep(sweep_dir, objective, settings, status)
-    except (tracking.TrackingError, InputError) as err:
-        log.warning("%s", err)
     done = res.find_results([sweep_dir])
+    if done or settings is not None:  # (a parent run is closed even when no job finished)
+        try:
+            end_sweep(sweep_dir, objective, settings, status)
+        except (tracking.TrackingError, InputError) as err:
+            log.warning("%s", err)
     missing = [r.parent.name for r in done if settings is not None and res.read_marker(r) is None]
     what = (f"{len(done)} finished job(s) logged to MLflow, the sweep's parent run closed as {status}"
             if settings is not None and not missing else f"{len(done)} finished job(s) on disk")
