@@ -1,9 +1,12 @@
-"""The top-level config schema (a structured config) and its checks.
+"""The config: its schema, its checks, and the one typed settings object a job reads.
 
-``conf/config.yaml`` starts its defaults list with ``base_config``, the dataclass below, so
-a mistyped top-level key or a non-integer ``k`` fails while Hydra composes, before any work.
-Checks that span keys (``k_max >= k``, an objective that exists) run at the start of
-``run()`` and raise :class:`InputError`.
+``conf/config.yaml`` starts its defaults list with ``base_config``, the dataclass
+:class:`PipelineConfig`, so a mistyped top-level key or a non-integer ``k`` fails while Hydra
+composes, before any work. :meth:`Settings.of` turns the composed config into
+:class:`Settings` (typed values, the tracking store as ``tracking.StoreSettings``, the option
+groups as the nodes that ``hydra.utils.instantiate`` builds) and checks what spans keys
+(``k_max >= k``, an objective that exists), raising :class:`InputError`. The stages read
+:class:`Settings`, never the config by string.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline import metrics, tracking
 from pipeline.errors import InputError
-from pipeline import metrics
 
 
 class Gain(Enum):
@@ -71,6 +74,66 @@ class PipelineConfig:
 
 
 ConfigStore.instance().store(name="base_config", node=PipelineConfig)
+
+#: Budgets (tokens) whose context metrics a chunked or budgeted run logs when ``budgets`` is empty.
+DEFAULT_BUDGETS = (256, 512, 1024, 2048, 4096)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a job reads from its config, typed, made once by :meth:`of`.
+
+    The option groups (``dataset``, ``retriever``, ``reorder``, ``attention``, ``chunker``)
+    stay config nodes: the stages build them with ``hydra.utils.instantiate``. ``store`` is
+    None when tracking is off (``tracking=none``)."""
+
+    k: int
+    k_max: int
+    gain: str  # "exp" | "linear"
+    relevance_level: int
+    judged_only: bool
+    seed: int
+    objective: str
+    cache_dir: Path
+    budget: int | None
+    budgets: tuple[int, ...]  # every budget a chunked or budgeted run logs (with ``budget``), ascending
+    runs_dir: Path
+    store: tracking.StoreSettings | None
+    experiment: str | None
+    run_name: str | None
+    log_per_query_table: bool
+    dataset: DictConfig
+    retriever: DictConfig
+    reorder: DictConfig
+    attention: DictConfig
+    chunker: DictConfig | None
+    config: DictConfig  # the whole composed config (written as config.yaml, logged as params)
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> "Settings":
+        """The settings of a composed config, checked (:func:`check`); InputError otherwise."""
+        check(cfg)
+        budget = cfg.get("budget")
+        listed = [int(b) for b in (cfg.get("budgets") or DEFAULT_BUDGETS)]
+        track = cfg.tracking
+        return cls(
+            k=int(cfg.k), k_max=int(cfg.k_max), gain=gain_name(cfg), relevance_level=int(cfg.relevance_level),
+            judged_only=bool(cfg.get("judged_only", False)), seed=int(cfg.seed), objective=str(cfg.objective),
+            cache_dir=Path(str(cfg.cache_dir)), budget=None if budget is None else int(budget),
+            budgets=tuple(sorted(set(listed) | ({int(budget)} if budget is not None else set()))),
+            runs_dir=Path(str(cfg.paths.runs)),
+            store=tracking.StoreSettings.of(track) if track.enabled else None,
+            experiment=track.get("experiment"), run_name=track.get("run_name"),
+            log_per_query_table=bool(track.get("log_per_query_table", True)),
+            dataset=cfg.dataset, retriever=cfg.retriever, reorder=cfg.reorder, attention=cfg.attention,
+            chunker=cfg.get("chunker"), config=cfg)
+
+    @property
+    def chunked(self) -> bool:
+        """Whether a chunker other than ``none`` is configured."""
+        target = str((self.chunker or {}).get("_target_", ""))
+        return bool(target) and not target.endswith("NoChunker")
+
 
 def check(cfg: DictConfig) -> None:
     """Cross-key checks, before any work: raises InputError with a clear message."""

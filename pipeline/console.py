@@ -12,6 +12,10 @@
 - ``QuietSweeper`` (a logging filter, ``conf/hydra/hydra_logging/pipeline.yaml``) drops the
   Optuna sweeper's two lines about a trial that failed as a ``JobFailed``: the job has
   already said why in one line.
+- ``OutputDirCheck`` (a Hydra callback) makes the output folder before Hydra does: Hydra
+  makes ``hydra.run.dir`` / ``hydra.sweep.dir`` inside its own error handling, so a folder that
+  cannot be created (a path under a file, a read-only mount) would end in its traceback and
+  exit 1; here it is one line naming the folder and the setting to change, and exit 2.
 - ``to_log_file`` writes a line (or a traceback) to the job's log file only, so that the
   log of a failed job holds its error while the console shows it once.
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 #: Marks a failed sweep job's objective (see ``JobFailed``) in log records.
@@ -156,3 +161,24 @@ def to_log_file(message: str, exc: BaseException | None = None, name: str = "pip
             handler.handle(record)
         except Exception:  # a full disk must not hide the error itself
             pass
+
+
+def make_output_dir(folder: str, setting: str) -> None:
+    """Create ``folder`` (and its parents); on failure print one line and exit 2."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        print(f"error: cannot create the output folder {folder} ({setting}): {reason}; "
+              "choose a writable paths.root=DIR (or set hydra.run.dir / hydra.sweep.dir)", file=sys.stderr)
+        sys.exit(2)
+
+
+class OutputDirCheck(Callback):  # type: ignore[misc]
+    """Hydra callback: make the run or sweep folder first, one line and exit 2 if it cannot be made."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        make_output_dir(str(config.hydra.run.dir), "hydra.run.dir")
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        make_output_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir")

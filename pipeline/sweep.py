@@ -32,6 +32,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from pipeline import config as pconfig
+from pipeline.naming import sweep_name, swept_overrides
 from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
@@ -147,42 +148,6 @@ class SweepCallback(Callback):
                 overrides, _, message = note.read_text().partition("\n")
                 print(f"  {note.parent}: {overrides}: {message.strip()}", file=sys.stderr)
             sys.exit(2)
-
-
-def swept_overrides(config: DictConfig) -> list[tuple[str, str]]:
-    """(key, values) of what the sweep varies: the command line's sweep overrides
-    (``k=3,5``, ``range(...)``, ``interval(...)``) and a sweeper's own ``params`` (Optuna's
-    search space, e.g. from ``experiment=tune_bm25``), in that order."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    found: dict[str, str] = {}
-    for override in OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)):
-        if override.is_sweep_override():
-            found[override.get_key_element().lstrip("+~")] = override.input_line.split("=", 1)[1]
-    for key, spec in (config.hydra.sweeper.get("params") or {}).items():
-        found.setdefault(str(key), str(spec))
-    return list(found.items())
-
-
-def sweep_name(config: DictConfig, swept: list[tuple[str, str]]) -> str:
-    """The parent run's name: the sweep's overrides, short (``sweep retriever=bm25,dense k=3,5``;
-    Optuna: ``sweep tune_bm25 k1=interval(0.2,3.0) b=interval(0.0,1.0)``), so sweeps differ
-    in MLflow's truncated name column."""
-    parts = ["sweep"]
-    overlay = config.hydra.runtime.choices.get("experiment") if config.hydra.get("runtime") else None
-    if overlay:
-        parts.append(str(overlay))
-    for key, values in swept:
-        key = key if key in ("k", "k_max") or "." not in key else key.rsplit(".", 1)[-1]
-        parts.append(f"{key}={values.replace(' ', '')}")
-    if len(parts) == 1:  # nothing swept (``-m k=3``): the overrides it ran with
-        parts += [o for o in config.hydra.overrides.task
-                  if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0].split("/", 1)[0] not in _NOT_NAMED]
-    return " ".join(parts)
-
-
-#: Overrides that never go into a name: where things are written and logged.
-_NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir"}
 
 
 def _jobs_in_this_process(config: DictConfig) -> bool:

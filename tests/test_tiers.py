@@ -1,11 +1,19 @@
 """The architecture's tiers, read from every module's imports (``ast``), so they cannot drift.
 
-- computing modules import only numpy/scipy, the standard library and each other;
-- input/output modules import no hydra, mlflow or retrievers;
-- only ``pipeline.tracking`` imports mlflow;
-- ``retrievers`` imports only its own ``base`` and pipeline's input/output modules.
+docs/architecture.md draws the same picture. Enforced here:
 
-The README's "Architecture" section and docs/architecture.md describe the same tiers.
+- the library tier (``pipeline.io``, ``tracking``, ``report``, ``judging``, ``chunkers``,
+  ``errors`` and ``retrievers``) never imports the app tier (``__main__``, ``config``,
+  ``job``, ``stages``, ``naming``, ``sweep``, ``console``) or a command module;
+- only ``pipeline.tracking`` imports mlflow;
+- ``tracking`` imports nothing from ``report`` or ``console``;
+- ``metrics``, ``stats`` and ``context`` (the computing tier) import only numpy, scipy, the
+  standard library and each other;
+- retrievers import no app module, and neither hydra, omegaconf nor mlflow;
+- no module is over 500 lines, and none imports another module's private (``_name``) names;
+- every module belongs to a tier.
+
+Lazy imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -17,93 +25,147 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+MAX_LINES = 500
 
-COMPUTING = {"metrics", "placement", "attention", "stats", "chunking"}
-INPUT_OUTPUT = {"errors", "formats", "data", "cache", "results", "readers"}
-THIRD_PARTY_FOR_COMPUTING = {"numpy", "scipy"}
+APP = {"pipeline.__main__", "pipeline.config", "pipeline.job", "pipeline.stages", "pipeline.naming",
+       "pipeline.sweep", "pipeline.console"}
+COMMANDS = {f"pipeline.{name}" for name in ("score", "compare", "sync", "pool", "judgments", "fetch")}
+COMPUTING = ("pipeline.metrics", "pipeline.stats", "pipeline.context")
+LIBRARY = ("pipeline.io", "pipeline.tracking", "pipeline.report", "pipeline.judging", "pipeline.chunkers",
+           "pipeline.errors", "retrievers")
+#: Scripts that build data files; nothing imports them.
+TOOLS = {"pipeline.sample_long.build"}
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for package in ("pipeline", "retrievers"):
-        for path in sorted((ROOT / package).glob("*.py")):
-            found[f"{package}.{path.stem}"] = path
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_name(p): p for package in ("pipeline", "retrievers")
+                            for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def tier(name: str) -> str:
+    if name in APP:
+        return "app"
+    if name in COMMANDS:
+        return "command"
+    if _within(name, COMPUTING):
+        return "computing"
+    if name == "pipeline" or _within(name, LIBRARY):
+        return "library"
+    if name in TOOLS:
+        return "tool"
+    raise AssertionError(f"{name} is in no tier: add it to tests/test_tiers.py and docs/architecture.md")
+
+
+def _module_of(name: str) -> str | None:
+    """The project module a dotted import name refers to (a module, or a name inside one)."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) for every import of a file, at any depth."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise AssertionError(f"{path}: relative import (use the package name)")
+            names = [alias.name for alias in node.names]
+            found.append((node.module or "", names))
+            # ``from pipeline.io import results``: a module imported by name
+            found += [(f"{node.module}.{n}", []) for n in names if f"{node.module}.{n}" in MODULES]
     return found
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module a file imports, at any depth (lazy imports inside functions count too)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
-            if node.module in ("pipeline", "retrievers"):  # from pipeline import cache
-                names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level > 0:
-            raise AssertionError(f"{path}: relative import (use the package name)")
-    return names
+def project_imports(module: str) -> set[str]:
+    return {m for name, _ in imports(MODULES[module]) if (m := _module_of(name)) is not None and m != module}
 
 
-def _top(name: str) -> str:
-    return name.split(".")[0]
+def third_party(module: str) -> set[str]:
+    return {name.split(".")[0] for name, _ in imports(MODULES[module])
+            if name.split(".")[0] not in ("pipeline", "retrievers")}
 
 
-def _project(name: str) -> bool:
-    return _top(name) in ("pipeline", "retrievers")
+LIBRARY_MODULES = sorted(m for m in MODULES if tier(m) == "library")
+COMPUTING_MODULES = sorted(m for m in MODULES if tier(m) == "computing")
 
 
-MODULES = _modules()
-STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+def test_every_module_is_in_a_tier_and_the_tiers_exist():
+    tiers = {m: tier(m) for m in MODULES}
+    assert set(tiers.values()) == {"app", "command", "computing", "library", "tool"}
+    assert APP | COMMANDS <= set(MODULES), sorted((APP | COMMANDS) - set(MODULES))
+    assert {"pipeline.metrics", "pipeline.stats", "pipeline.context.placement", "pipeline.io.results",
+            "pipeline.tracking", "pipeline.report.figures", "retrievers.bm25", "retrievers.dense"} <= set(MODULES)
 
 
-def test_the_tiers_cover_modules_that_exist():
-    names = {name.split(".")[1] for name in MODULES if name.startswith("pipeline.")}
-    assert {"metrics", "placement", "attention"} <= names & COMPUTING
-    assert {"errors", "formats", "data", "cache", "results"} <= names & INPUT_OUTPUT
-
-
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1] in COMPUTING and m.startswith("pipeline.")))
-def test_computing_modules_import_only_numpy_scipy_and_each_other(module):
-    bad = []
-    for name in _imports(MODULES[module]):
-        if _project(name):
-            if name.split(".")[0] != "pipeline" or name.split(".")[1] not in COMPUTING:
-                bad.append(name)
-        elif _top(name) not in STDLIB and _top(name) not in THIRD_PARTY_FOR_COMPUTING:
-            bad.append(name)
-    assert not bad, f"{module} imports {sorted(bad)}"
-
-
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1] in INPUT_OUTPUT and m.startswith("pipeline.")))
-def test_input_output_modules_import_no_hydra_mlflow_or_retrievers(module):
-    bad = [n for n in _imports(MODULES[module])
-           if _top(n) in ("hydra", "omegaconf", "mlflow", "retrievers")
-           or (_top(n) == "pipeline" and n.count(".") and n.split(".")[1] not in INPUT_OUTPUT | COMPUTING)]
-    assert not bad, f"{module} imports {sorted(bad)}"
+@pytest.mark.parametrize("module", LIBRARY_MODULES)
+def test_the_library_tier_never_imports_the_app_tier(module):
+    bad = sorted(m for m in project_imports(module) if tier(m) in ("app", "command"))
+    assert not bad, f"{module} imports {bad}"
 
 
 def test_only_tracking_imports_mlflow():
-    importers = sorted(m for m, path in MODULES.items() if any(_top(n) == "mlflow" for n in _imports(path)))
-    assert importers == ["pipeline.tracking"]
+    importers = sorted(m for m in MODULES if "mlflow" in third_party(m))
+    assert importers and all(m == "pipeline.tracking" or m.startswith("pipeline.tracking.") for m in importers), \
+        importers
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("retrievers.")))
-def test_retrievers_import_only_base_and_input_output_modules(module):
-    bad = []
-    for name in _imports(MODULES[module]):
-        if _top(name) == "retrievers" and name not in ("retrievers", "retrievers.base"):
-            bad.append(name)
-        if _top(name) == "pipeline" and (name == "pipeline" or name.split(".")[1] not in INPUT_OUTPUT):
-            bad.append(name)
-        if _top(name) in ("hydra", "omegaconf", "mlflow"):
-            bad.append(name)
-    assert not bad, f"{module} imports {sorted(bad)}"
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, ("pipeline.tracking",))))
+def test_tracking_imports_nothing_from_report_or_console(module):
+    bad = sorted(m for m in project_imports(module) if _within(m, ("pipeline.report", "pipeline.console")))
+    assert not bad, f"{module} imports {bad}"
 
 
-def test_the_checker_sees_lazy_imports(tmp_path):
+@pytest.mark.parametrize("module", COMPUTING_MODULES)
+def test_computing_imports_only_numpy_scipy_the_standard_library_and_itself(module):
+    bad = sorted(m for m in project_imports(module) if tier(m) != "computing")
+    bad += sorted(t for t in third_party(module) if t not in STDLIB and t not in ("numpy", "scipy"))
+    assert not bad, f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, ("retrievers",))))
+def test_retrievers_import_no_app_module_hydra_or_mlflow(module):
+    bad = sorted(m for m in project_imports(module) if tier(m) in ("app", "command"))
+    bad += sorted(t for t in third_party(module) if t in ("hydra", "omegaconf", "mlflow"))
+    assert not bad, f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_over_500_lines(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module}: {lines} lines; split it by responsibility"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_another_modules_private_names(module):
+    private = [f"{name}.{n}" for name, names in imports(MODULES[module]) if _module_of(name) is not None
+               for n in names if n.startswith("_") and not n.startswith("__")]
+    assert not private, f"{module} imports {private}: make them public (no underscore) or keep them inside"
+
+
+def test_the_checker_sees_lazy_imports_and_names_imported_from_packages(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    import mlflow\n    from pipeline import run\n")
-    assert {"mlflow", "pipeline", "pipeline.job"} <= _imports(source)
+    source.write_text("def f():\n    import mlflow\n    from pipeline.io import results\n"
+                      "    from pipeline.stats import _private\n")
+    found = imports(source)
+    assert ("mlflow", []) in found and ("pipeline.io.results", []) in found
+    assert ("pipeline.stats", ["_private"]) in found
+    assert _module_of("pipeline.io.results.write_json") == "pipeline.io.results"
+    assert tier("pipeline.job") == "app" and tier("pipeline.score") == "command"
+    assert tier("pipeline.metrics") == "computing" and tier("retrievers.bm25") == "library"

@@ -14,7 +14,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from pipeline.job import CURVES, run
+from pipeline.job import run
+from pipeline.metrics import CURVES
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -278,7 +279,11 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
 
 
 def test_collection_is_loaded_once_per_process_until_a_file_changes(tmp_path):
-    from pipeline.job import load
+    from pipeline.config import Settings
+    from pipeline.stages import load as load_settings
+
+    def load(cfg):
+        return load_settings(Settings.of(cfg))
 
     folder = tmp_path / "beir"
     shutil.copytree(SAMPLE, folder, ignore=shutil.ignore_patterns("README.md"))
