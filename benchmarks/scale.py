@@ -22,8 +22,7 @@ another's memory:
   through ``pipeline.io.formats.write_run`` and ``metrics.json``) and ``track`` (one MLflow run
   through ``pipeline.tracking.log_run``: params, metrics, curves, the results folder as
   artifacts, into a sqlite store in a temporary folder, created before the stage as a sweep
-  creates it before its jobs; mlflow's imports are made before the stage too, as the job's
-  tracking process makes them while the job computes).
+  creates it before its jobs; mlflow's imports are made before the stage, as for every stage).
 - ``dense``: ``dense_exact`` (``DenseRetriever(index="exact")``: numpy matrix products,
   1,000 queries x n, top 100), ``hnsw_build`` and ``hnsw_search`` (faiss ``IndexHNSWFlat``
   with ``conf/retriever/dense.yaml``'s ``hnsw_m``, ``hnsw_ef_construction``,
@@ -46,17 +45,17 @@ Chunking is not measured here: the default job (`chunker=none`) has no chunking 
 
 **Measurement.** Wall time is ``time.perf_counter`` around the stage's call (imports made
 before); CPU time is the user + system time over the same call of the process (all
-threads) and of the children it waited for (BM25 tokenizes a large corpus in a child
-process), from ``getrusage``, which a loaded machine inflates far less than wall time.
+threads) and of any children it waited for, from ``getrusage``, which a loaded machine
+inflates far less than wall time.
 Memory is the peak resident set size (RSS) during the stage: the larger of the process's
 own peak (the worker resets the kernel's high-water mark before each stage, ``echo 5 >
 /proc/self/clear_refs``, Linux >= 4.0, and reads ``VmHWM`` from ``/proc/self/status``
 after it) and the largest sum of ``VmRSS`` over the process and its children, sampled
-every 0.05 s (pages a forked child shares with its parent count twice there). The peak is absolute: it includes the interpreter, the imports and what earlier stages
+every 0.05 s. The peak is absolute: it includes the interpreter, the imports and what earlier stages
 of the same worker still hold (the collection, during BM25 and scoring), as a job would
 hold them; ``growth`` is the peak minus the RSS at the stage's start. The job's memory is
 the largest ``VmHWM`` of the job process, and the largest sum of ``VmRSS`` over the job and
-its children (the tracking process), sampled every 0.1 s.
+any children, sampled every 0.1 s (the job starts none: one process per command).
 
 **Growth exponents.** For each stage, alpha is the least-squares slope of log(wall time)
 (and of log(CPU time), and of log(peak RSS)) against log(n) over the sizes measured: cost
@@ -241,7 +240,7 @@ class Stages:
         start_rss = _status_kib("VmRSS")
         tree = {"peak": 0, "done": False}
 
-        def sample() -> None:  # this process and its children (BM25 tokenizes in one)
+        def sample() -> None:  # this process and any children
             while not tree["done"]:
                 tree["peak"] = max(tree["peak"], _tree_rss_kib(os.getpid())[1])
                 time.sleep(0.05)
@@ -321,7 +320,8 @@ def worker_text(folder: Path, work: Path) -> dict[str, Any]:
                                                   "curves": {f: ev.curve(f).tolist() for f in CURVES if f in ev.families()}})
 
     stages.run("write", write)
-    tracking.warm()  # mlflow's imports, as the job's tracking process makes them before the job ends
+    import mlflow.entities  # noqa: F401  (the imports are not the stage)
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     settings = tracking.StoreSettings(uri=f"sqlite:///{work / 'mlflow.db'}", artifact_root=str(work / "artifacts"))
     tracking.ensure_store(settings)  # created once per store (a sweep does it before its jobs), not per job
     record = tracking.RunRecord(
@@ -397,11 +397,7 @@ def run_job(folder: Path, work: Path) -> dict[str, Any]:
     args = [sys.executable, "-m", "pipeline", "dataset=beir", f"dataset.path={folder}", "retriever=bm25",
             "k=10", "k_max=100", "tracking=local", f"paths.root={work}", f"hydra.run.dir={work / 'run'}"]
     peak = {"hwm": 0, "tree": 0}
-    # The job starts its shared tracking process (its child while it runs, so measured with it)
-    # under a TMPDIR of its own: never one that an earlier job of this user left running.
-    env = {**os.environ, "TMPDIR": str(work / "tmp")}
-    env.pop("PIPELINE_TRACKER_IDLE_S", None)
-    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
     c0 = _cpu_s(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -421,7 +417,6 @@ def run_job(folder: Path, work: Path) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     cpu = _cpu_s(resource.RUSAGE_CHILDREN) - c0
     watcher.join()
-    subprocess.run([sys.executable, "-m", "pipeline.sync", "--stop"], cwd=ROOT, env=env, capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the job failed ({proc.returncode}):\n{stderr[-3000:]}")
     record = json.loads((work / "run" / "results" / "record.json").read_text())
