@@ -101,7 +101,7 @@ def run(cfg: DictConfig) -> float:
         placement = stages.place(settings, retrieved)
     with _timed(timings, "score"):
         scores = stages.score(settings, collection, retrieved, placement, stage)
-    names = {g: ctx.choices.get(g) or str(cfg[g].get("_target_", g)).rsplit(".", 1)[-1]
+    names = {g: ctx.choices.get(g) or str(getattr(settings, g).get("_target_", g)).rsplit(".", 1)[-1]
              for g in ("retriever", "reorder", "attention")}
     sweep = _sweep_info(ctx)
     run_name = settings.run_name or naming.run_name(names, settings.k, ctx.overrides, ctx.choices,
