@@ -1,1 +1,2 @@
-"""Context placement: attention curves, placement strategies, chunk windows, folding and budgets (computing tier: numpy only)."""
+"""Context placement: attention curves, placement strategies, chunk windows, folding and budgets
+(computing tier: numpy, the standard library and ``pipeline.metrics``)."""

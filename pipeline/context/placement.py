@@ -29,6 +29,7 @@ from pipeline.metrics import gain_values
 
 Strategy = Callable[..., NDArray[np.int64]]
 Curve = Callable[[int], NDArray[np.float64]]
+_NOTHING = np.zeros(0, dtype=np.float64)  # the weights of no rank
 
 
 def none(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
@@ -187,35 +188,39 @@ def context_utility(
     width = max(_used_width(gains), _used_width(ideal_gains))
     gains, ideal_gains = _columns(gains, width), _columns(ideal_gains, width)
     utility = np.zeros((grades.shape[0], k_max), dtype=np.float64)
-    fast = _fast_path(strategy, curve, width)
+    # Built-in strategy and curve: O(w) slots per K; else the whole curve. Same values, bit for bit.
+    weights_and_best = fast_path(strategy, curve, width) or functools.partial(_general_path, strategy, curve)
     for k in range(1, k_max + 1):
         w = min(k, width)
-        if fast is not None:
-            if w == 0:
-                continue
-            weight_of_rank, best_weights = fast(k, w)
-            numerator = (gains[:, :w] * weight_of_rank).sum(axis=1)
-            denominator = (ideal_gains[:, :w] * best_weights).sum(axis=1)
-            np.divide(numerator, denominator, out=utility[:, k - 1], where=denominator > 0)
-            continue
-        weights = np.asarray(curve(k), dtype=np.float64)
-        if weights.shape != (k,) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
-            raise ValueError(f"attention curve gave {weights!r} for K = {k}: need {k} finite weights >= 0")
-        permutation = _checked_permutation(strategy(k, weights), k)
+        weight_of_rank, best_weights = weights_and_best(k, w)
         if w == 0:
             continue
-        # Weight received by each rank: the chunk of rank r sits in slot s where
-        # permutation[s] = r. Summing over ranks (not slots) makes the numerator of the
-        # attention-optimal placement of an ideal ranking the very same float sum as the
-        # denominator (same products, same length w), so it scores exactly 1.
-        slot_of_rank = np.empty(k, dtype=np.int64)
-        slot_of_rank[permutation] = np.arange(k, dtype=np.int64)
-        weight_of_rank = weights[slot_of_rank[:w]]
-        best_weights = -np.sort(-weights if w == k else np.partition(-weights, w - 1)[:w])
         numerator = (gains[:, :w] * weight_of_rank).sum(axis=1)
         denominator = (ideal_gains[:, :w] * best_weights).sum(axis=1)
         np.divide(numerator, denominator, out=utility[:, k - 1], where=denominator > 0)
     return utility
+
+
+def _general_path(strategy: Strategy, curve: Curve, k: int, w: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The weight received by ranks 0..w-1 when ``strategy`` places the top k under ``curve(k)``,
+    and the w largest weights of ``curve(k)``, descending; the whole curve and the whole
+    placement are computed and checked (ValueError for a bad curve or strategy), for any K,
+    also when w = 0 (then both are empty)."""
+    weights = np.asarray(curve(k), dtype=np.float64)
+    if weights.shape != (k,) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
+        raise ValueError(f"attention curve gave {weights!r} for K = {k}: need {k} finite weights >= 0")
+    permutation = _checked_permutation(strategy(k, weights), k)
+    if w == 0:
+        return _NOTHING, _NOTHING
+    # Weight received by each rank: the chunk of rank r sits in slot s where
+    # permutation[s] = r. Summing over ranks (not slots) makes the numerator of the
+    # attention-optimal placement of an ideal ranking the very same float sum as the
+    # denominator (same products, same length w), so it scores exactly 1.
+    slot_of_rank = np.empty(k, dtype=np.int64)
+    slot_of_rank[permutation] = np.arange(k, dtype=np.int64)
+    weight_of_rank = weights[slot_of_rank[:w]]
+    best_weights = -np.sort(-weights if w == k else np.partition(-weights, w - 1)[:w])
+    return weight_of_rank, best_weights
 
 
 def _slot_of_rank_lost_in_the_middle(k: int, ranks: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -241,10 +246,11 @@ SLOT_OF_RANK: dict[Callable[..., NDArray[np.int64]], Callable[[int, NDArray[np.i
 }
 
 
-def _fast_path(strategy: Strategy, curve: Curve, width: int) -> Callable[[int, int], tuple[NDArray, NDArray]] | None:
+def fast_path(strategy: Strategy, curve: Curve, width: int) -> Callable[[int, int], tuple[NDArray, NDArray]] | None:
     """For a built-in strategy under a built-in (valley-shaped) curve: ``f(k, w)`` giving the
     weight received by ranks 0..w-1 and the w largest weights of curve(k), descending, from
-    O(w) slots; None otherwise (context_utility then evaluates the whole curve for every K).
+    O(w) slots (both empty when w = 0); None otherwise (``context_utility`` then evaluates the
+    whole curve for every K).
 
     The values are those of the general path bit for bit: the curves evaluate each slot the
     same way alone as in the full vector, and attention_optimal gives rank r the r-th largest
@@ -261,6 +267,8 @@ def _fast_path(strategy: Strategy, curve: Curve, width: int) -> Callable[[int, i
         curve = functools.partial(curve_fn, **curve_keywords)  # type: ignore[arg-type]
 
     def weights_and_best(k: int, w: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        if w == 0:
+            return _NOTHING, _NOTHING
         ranks = ranks_all[:w]
         # The w largest weights of a valley lie among its first w and last w slots.
         split = k > 2 * w

@@ -1,0 +1,263 @@
+"""Comparison reports: every system's mean and interval, every other system against a baseline
+(paired tests, effect sizes, sensitivity), all pairs by randomized Tukey HSD, for one metric
+or several at once; and the systems tied with the best one (a sweep's winners).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, NamedTuple, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pipeline.stats.bootstrap import bootstrap_means, ci_from_distribution
+from pipeline.stats.inputs import PAIRED_TESTS, CiMethod, Correction, Test, as_matrix, as_names, check_options
+from pipeline.stats.multiplicity import adjust_pvalues, adjust_report
+from pipeline.stats.paired import (effect_sizes, paired_t_test, randomization_test, sign_test, wilcoxon_test,
+                                   wins_ties_losses)
+from pipeline.stats.reports import BaselineComparison, Comparison, SystemSummary
+from pipeline.stats.sensitivity import minimum_detectable_difference, queries_needed
+from pipeline.stats.tukey import tukey_hsd, tukey_hsd_stack
+
+
+def compare(matrix: ArrayLike, names: Sequence[str] | None = None, *, metric_name: str = "metric",
+            **options: Any) -> Comparison:
+    """Compare systems on one metric: ``matrix`` is ``[n_systems, n_queries]`` (see :func:`align`).
+
+    Per system: mean and bootstrap CI. Per other system against ``baseline`` (a name or a
+    row index): mean difference and its bootstrap CI, paired t, Wilcoxon, sign and
+    randomization tests, their p-values adjusted by ``correction`` across this report's
+    comparisons (use :func:`compare_metrics` or :func:`adjust_report` to adjust across
+    several metrics), d_z and Hedges' g, wins/ties/losses, the minimum detectable
+    difference and the queries needed for ``delta``. All pairs: randomized Tukey HSD.
+    ``options`` are those of :func:`compare_metrics` (baseline, n_resamples, n_permutations,
+    seed, correction, alpha, test, ci_method, confidence, delta, power, tukey).
+    """
+    return compare_metrics({metric_name: matrix}, names, **options)[0]
+
+
+def compare_metrics(
+    matrices: Mapping[str, ArrayLike],
+    names: Sequence[str] | None = None,
+    *,
+    baseline: str | int = 0,
+    n_resamples: int = 10_000,
+    n_permutations: int = 10_000,
+    seed: int | None = 0,
+    correction: Correction = "holm",
+    alpha: float = 0.05,
+    test: Literal["t", "wilcoxon", "sign", "fisher"] = "fisher",
+    ci_method: CiMethod = "BCa",
+    confidence: float = 0.95,
+    delta: float | None = None,
+    power: float = 0.8,
+    tukey: bool = True,
+) -> list[Comparison]:
+    """:func:`compare` for several metrics of the same systems and queries, one :class:`Comparison`
+    per metric, with p-values adjusted across every comparison of every metric.
+
+    All metrics share one set of bootstrap resamples, sign flips and row permutations (the
+    same ones a single-metric call with this seed draws), computed in one vectorized pass.
+    """
+    check_options(test, correction, alpha)
+    x = _stacked(matrices)  # [m, s, n]
+    n_metrics, s, n = x.shape
+    names = as_names(names, s)
+    b = _baseline_index(baseline, names)
+    others = [i for i in range(s) if i != b]
+
+    flat = x.reshape(n_metrics * s, n)
+    boot = bootstrap_means(flat, n_resamples=n_resamples, seed=seed)
+    lo, hi = ci_from_distribution(flat, boot, ci_method, confidence)
+    lo, hi = lo.reshape(n_metrics, s), hi.reshape(n_metrics, s)
+    means = x.mean(axis=2)
+    paired = _paired_statistics(x, boot, b, others, ci_method=ci_method, confidence=confidence,
+                                n_permutations=n_permutations, seed=seed, alpha=alpha, power=power)
+    tk = tukey_hsd_stack(x, n_permutations, seed) if tukey else None
+
+    reports = []
+    for mi, metric in enumerate(matrices):
+        systems = [
+            SystemSummary(names[i], float(means[mi, i]), float(lo[mi, i]), float(hi[mi, i]))
+            for i in range(s)
+        ]
+        vs = [] if paired is None else [
+            _vs_baseline(paired, mi * len(others) + j, names[i], names[b], means[mi, i] - means[mi, b],
+                         delta=delta, alpha=alpha, power=power)
+            for j, i in enumerate(others)
+        ]
+        reports.append(
+            Comparison(
+                metric=str(metric),
+                n_queries=n,
+                baseline=names[b],
+                test=test,
+                correction=correction,
+                alpha=alpha,
+                confidence=confidence,
+                ci_method=ci_method,
+                n_resamples=n_resamples,
+                n_permutations=n_permutations,
+                seed=seed,
+                systems=systems,
+                vs_baseline=vs,
+                tukey=_tukey_table(tk[mi], names) if tk is not None else {},
+                sensitivity=_sensitivity(vs, n, alpha=alpha, power=power, delta=delta),
+            )
+        )
+    return adjust_report(reports, correction)
+
+
+def _stacked(matrices: Mapping[str, ArrayLike]) -> NDArray[np.float64]:
+    """The metrics' score matrices as one ``[n_metrics, n_systems, n_queries]`` array; ValueError
+    when there is none or their shapes differ."""
+    if not matrices:
+        raise ValueError("no metrics to compare")
+    stack = [as_matrix(m) for m in matrices.values()]
+    shape = stack[0].shape
+    for metric, x in zip(matrices, stack):
+        if x.shape != shape:
+            raise ValueError(f"metric {metric!r} has shape {x.shape}, expected {shape}")
+    return np.stack(stack)
+
+
+def _baseline_index(baseline: str | int, names: list[str]) -> int:
+    """The row of the baseline, given by name or by index."""
+    if isinstance(baseline, str):
+        if baseline not in names:
+            raise ValueError(f"baseline {baseline!r} is not one of {names}")
+        return names.index(baseline)
+    b = int(baseline)
+    if not 0 <= b < len(names):
+        raise ValueError(f"baseline index {baseline} out of range for {len(names)} systems")
+    return b
+
+
+class _Paired(NamedTuple):
+    """Statistics of the differences with the baseline, one entry per row of differences."""
+
+    ci_low: NDArray[np.float64]
+    ci_high: NDArray[np.float64]
+    t: NDArray[np.float64]
+    p: dict[str, NDArray[np.float64]]  # test name -> p-values
+    d_z: NDArray[np.float64]
+    hedges_g: NDArray[np.float64]
+    wins: NDArray[np.int64]
+    ties: NDArray[np.int64]
+    losses: NDArray[np.int64]
+    sd: NDArray[np.float64]
+    mdd: NDArray[np.float64]
+
+
+def _paired_statistics(x: NDArray[np.float64], boot: NDArray[np.float64], b: int, others: list[int], *,
+                       ci_method: CiMethod, confidence: float, n_permutations: int, seed: int | None,
+                       alpha: float, power: float) -> _Paired | None:
+    """Every paired statistic of each other system against the baseline ``b``, for every metric
+    of ``x`` [m, s, n] at once: rows of differences ordered metric by metric, then system by
+    system. The CI of a difference reuses the systems' bootstrap means ``boot`` [m * s, B]
+    (paired: the same resampled queries). None when there is no other system."""
+    if not others:
+        return None
+    n_metrics, s, n = x.shape
+    d = (x[:, others, :] - x[:, [b], :]).reshape(-1, n)  # [m * (s-1), n]
+    boot_by_system = boot.reshape(n_metrics, s, -1)
+    boot_d = boot_by_system[:, others] - boot_by_system[:, [b]]
+    ci_low, ci_high = ci_from_distribution(d, boot_d.reshape(d.shape[0], -1), ci_method, confidence)
+    t, p_t = paired_t_test(d)
+    p = {"t": p_t, "wilcoxon": wilcoxon_test(d), "sign": sign_test(d),
+         "fisher": randomization_test(d, n_permutations=n_permutations, seed=seed)}
+    d_z, hedges_g = effect_sizes(d)
+    wins, ties, losses = wins_ties_losses(d)
+    sd = d.std(axis=1, ddof=1)
+    mdd = minimum_detectable_difference(sd, n, alpha=alpha, power=power)
+    return _Paired(ci_low, ci_high, t, p, d_z, hedges_g, wins, ties, losses, sd, mdd)
+
+
+def _vs_baseline(paired: _Paired, k: int, system: str, baseline: str, diff: float, *,
+                 delta: float | None, alpha: float, power: float) -> BaselineComparison:
+    """Row ``k`` of ``paired`` as the comparison of ``system`` with ``baseline``. Its adjusted
+    p-values and significance are placeholders: :func:`adjust_report` fills them in."""
+    sd = float(paired.sd[k])
+    p = {name: float(paired.p[name][k]) for name in PAIRED_TESTS}
+    return BaselineComparison(
+        system=system,
+        baseline=baseline,
+        diff=float(diff),
+        diff_ci_low=float(paired.ci_low[k]),
+        diff_ci_high=float(paired.ci_high[k]),
+        t=float(paired.t[k]),
+        p=p,
+        p_adjusted=dict(p),
+        significant=False,
+        d_z=float(paired.d_z[k]),
+        hedges_g=float(paired.hedges_g[k]),
+        wins=int(paired.wins[k]),
+        ties=int(paired.ties[k]),
+        losses=int(paired.losses[k]),
+        sd_diff=sd,
+        mdd=float(paired.mdd[k]),
+        n_needed=None if delta is None else queries_needed(delta, sd, alpha=alpha, power=power),
+    )
+
+
+def _tukey_table(p: NDArray[np.float64], names: list[str]) -> dict[str, dict[str, float]]:
+    """``table[a][b]``: the Tukey HSD p-value of systems a and b."""
+    return {a: {c: float(p[ia, ic]) for ic, c in enumerate(names)} for ia, a in enumerate(names)}
+
+
+def _sensitivity(vs: list[BaselineComparison], n: int, *, alpha: float, power: float,
+                 delta: float | None) -> dict[str, float | int | None]:
+    """The report's sensitivity: the pooled sd of the differences with the baseline,
+    sqrt(mean(sd_diff^2)), the minimum detectable difference at n queries and the queries
+    needed for ``delta`` (when given)."""
+    sens: dict[str, float | int | None] = {"alpha": alpha, "power": power, "delta": delta}
+    if vs:
+        pooled = float(np.sqrt(np.mean([v.sd_diff**2 for v in vs])))
+        sens["sd_diff"] = pooled
+        sens["mdd"] = float(minimum_detectable_difference(pooled, n, alpha=alpha, power=power))
+        sens["n_needed"] = (
+            queries_needed(delta, pooled, alpha=alpha, power=power) if delta is not None else None
+        )
+    return sens
+
+
+def tied_with_best(
+    matrix: ArrayLike,
+    names: Sequence[str] | None = None,
+    *,
+    test: Test = "fisher",
+    correction: Correction = "holm",
+    alpha: float = 0.05,
+    n_permutations: int = 10_000,
+    seed: int | None = 0,
+    higher_is_better: bool = True,
+) -> list[str]:
+    """Systems not significantly different from the best one (highest mean), the best first.
+
+    Every other system is tested against the best with ``test``; p-values are adjusted by
+    ``correction`` (Holm by default) across those comparisons, except for ``"tukey"``
+    (randomized Tukey HSD), whose p-values are already family-wise. A system stays when
+    its adjusted p > alpha. Used to mark the winners of a sweep.
+    """
+    x = as_matrix(matrix)
+    names = as_names(names, x.shape[0])
+    if test not in (*PAIRED_TESTS, "tukey"):
+        raise ValueError(f"test must be one of {(*PAIRED_TESTS, 'tukey')}, got {test!r}")
+    check_options("t", correction, alpha)
+    means = x.mean(axis=1)
+    best = int(np.argmax(means) if higher_is_better else np.argmin(means))
+    others = [i for i in range(x.shape[0]) if i != best]
+    if not others:
+        return [names[best]]
+    if test == "tukey":
+        p_adj = tukey_hsd(x, n_permutations=n_permutations, seed=seed)[best, others]
+    else:
+        d = x[others] - x[best]
+        p = {
+            "t": lambda: paired_t_test(d)[1],
+            "wilcoxon": lambda: wilcoxon_test(d),
+            "sign": lambda: sign_test(d),
+            "fisher": lambda: randomization_test(d, n_permutations=n_permutations, seed=seed),
+        }[test]()
+        p_adj = adjust_pvalues(p, correction)
+    return [names[best]] + [names[i] for i, q in zip(others, p_adj) if q > alpha]
