@@ -1,10 +1,148 @@
-"""``python -m pipeline.compare``: Compare retrieval systems on the same queries (pipeline.report.compare)."""
+"""Compare retrieval systems on the same queries: ``python -m pipeline.compare SYSTEM SYSTEM ...``.
+
+A SYSTEM is a job's folder (or its ``results/``), a sweep folder (every job in it), a TREC
+run file (scored against ``--qrels`` with ``pipeline.io.scored``), ``mlflow:RUN_ID`` (a job
+run, or a sweep's parent run: all its jobs) or ``mlflow-experiment:NAME[:FILTER]``. The
+statistics are ``pipeline.report.compare``'s; see docs/comparing.md and docs/statistics.md.
+
+Writes ``report.md``, ``report.json`` (everything, per-query scores included),
+``forest.png``, ``per_query_diff.png`` and, for sweeps, ``main_effects.png`` to ``--out``;
+prints a table (or, with ``--json``, the report and nothing else) on standard output. Bad
+input: one line ``error: FILE[:LINE]: problem`` on standard error, exit status 2; a failing
+MLflow store: exit status 3.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import math
 import sys
+import time
+from pathlib import Path
+from typing import Sequence
 
-from pipeline.report.compare import main
+from pipeline.errors import InputError, positive_int
+from pipeline.report import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
+                             format_table, load_systems, log_report, write_report)
+from pipeline.tracking import TrackingError  # tracking imports mlflow when it is used, not before
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, status 2 (argparse prints the usage too)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m pipeline.compare",
+        description="Compare retrieval systems on the same queries: means with CIs, differences to a baseline "
+                    "with CIs and multiplicity-adjusted significance tests, sensitivity, the systems tied with "
+                    "the best. See docs/comparing.md.",
+    )
+    parser.add_argument("systems", nargs="+", metavar="SYSTEM",
+                        help="a job folder (or its results/), a sweep folder, a TREC run file (with --qrels), "
+                             "mlflow:RUN_ID (a job, or a sweep's parent: all its jobs), "
+                             "mlflow-experiment:NAME[:FILTER]")
+    parser.add_argument("--qrels", help="qrels for TREC run files (TREC or BEIR .tsv; .gz fine)")
+    parser.add_argument("--baseline", help="the system the others are compared with (default: the first)")
+    parser.add_argument("--metric", action="append", dest="metrics", metavar="M",
+                        help=f"a metric key, repeatable (default: {' '.join(DEFAULT_METRICS)})")
+    parser.add_argument("--json", action="store_true", help="print the whole report as JSON (nothing else on stdout)")
+    parser.add_argument("--out", help="folder for report.md, report.json and figures "
+                                      "(default: outputs/compare/<timestamp>)")
+    parser.add_argument("--n-resamples", type=positive_int, default=10_000, help="bootstrap resamples (10000)")
+    parser.add_argument("--n-permutations", type=positive_int, default=10_000,
+                        help="randomization-test sign flips and Tukey HSD permutations (10000)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    parser.add_argument("--correction", choices=CORRECTIONS, default="holm",
+                        help="multiple-comparison correction over all comparisons of all metrics (holm)")
+    parser.add_argument("--test", choices=TESTS, default="fisher",
+                        help="the test behind the significance markers and the tie set: fisher (randomization, "
+                             "default), t, wilcoxon, sign; the report has all four")
+    parser.add_argument("--missing", choices=("error", "zero"), default="error",
+                        help="a query one system lacks: an error (default) or a score of 0 (trec_eval -c)")
+    parser.add_argument("--delta", type=_positive_float, default=None,
+                        help="a difference you care about: its power and the queries it needs")
+    parser.add_argument("--gain", choices=("exp", "linear"), default="exp", help="nDCG gain for TREC run files (exp)")
+    parser.add_argument("--relevance-level", type=positive_int, default=1,
+                        help="relevant grade for TREC run files (1)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help=f"the MLflow store for mlflow: systems and --log (default {DEFAULT_TRACKING_URI}; "
+                             "--log on one sweep folder: the sweep's store)")
+    parser.add_argument("--filter", default="", help="MLflow filter string for mlflow-experiment: systems, "
+                                                     "e.g. \"params.k = '10'\"")
+    parser.add_argument("--log", action="store_true",
+                        help="put the report on an MLflow run: the sweep's parent run when comparing one sweep, "
+                             "else a new run in experiment 'compare'")
+    parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
+    return parser
+
+
+def _default_out() -> Path:
+    base = Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out, i = base, 1
+    while out.exists():
+        out, i = base.with_name(f"{base.name}_{i}"), i + 1
+    return out
+
+
+def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bool] | None]:
+    """Load the systems, build the report, write it (and log it with ``--log``)."""
+    metrics = args.metrics or list(DEFAULT_METRICS)
+    try:
+        systems = load_systems(args.systems, metrics, qrels=args.qrels, tracking_uri=args.tracking_uri,
+                               experiment_filter=args.filter, gain=args.gain, relevance_level=args.relevance_level)
+        report = build_report(systems, metrics, baseline=args.baseline, test=args.test, correction=args.correction,
+                              alpha=args.alpha, n_resamples=args.n_resamples, n_permutations=args.n_permutations,
+                              seed=args.seed, missing=args.missing, delta=args.delta)
+    except ValueError as err:  # a computing module's word for bad input
+        raise InputError(str(err)) from err
+    out = Path(args.out) if args.out else _default_out()
+    write_report(report, out)
+    logged = log_report(report, out, args.tracking_uri) if args.log else None
+    return report, out, logged
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_intermixed_args(argv)
+    if not 0 < args.alpha < 1:
+        print(f"error: --alpha must be between 0 and 1, got {args.alpha}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    try:
+        report, out, logged = _compare(args)
+    except InputError as err:
+        if args.debug:
+            raise
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    except TrackingError as err:
+        if args.debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    info = sys.stderr if args.json else sys.stdout
+    print(json.dumps(report.data) if args.json else format_table(report))
+    print(f"report: {out.resolve()}", file=info)
+    if logged:
+        where = "the sweep's parent run" if logged[2] else "a new run in experiment 'compare'"
+        print(f"MLflow: report logged to {where} {logged[0]} at {logged[1]}", file=info)
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

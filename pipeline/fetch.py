@@ -1,10 +1,81 @@
-"""``python -m pipeline.fetch``: Download a BEIR collection (pipeline.io.fetch)."""
+"""Download a BEIR collection: ``python -m pipeline.fetch NAME [--into DIR]``.
+
+    python -m pipeline.fetch scifact                 # -> data/scifact (corpus.jsonl, queries.jsonl, qrels/)
+    python -m pipeline dataset=beir dataset.path=data/scifact
+
+The zip comes from the BEIR server (``--url BASE`` or ``$RAG_EVAL_BEIR_URL`` moves it to a
+mirror: ``BASE/NAME.zip``) and is checked against the MD5 that BEIR publishes for it
+(the table in BEIR's README, copied into ``CHECKSUMS`` below; ``--md5`` gives it for a
+name that is not there). Then:
+
+- the download goes to ``DIR/.NAME.zip.part`` and continues where it stopped when the
+  server honours HTTP ranges (otherwise it starts again);
+- the zip is unpacked into a temporary folder inside DIR and renamed to ``DIR/NAME`` only
+  when complete, with a ``.fetched.json`` note (name, URL, MD5, every file and its size);
+  a zip entry that would land outside the folder is refused;
+- run again, it checks that note against the folder and says the collection is already
+  there and verified (``--force`` downloads it again); a folder it did not make is left
+  alone.
+
+Exit status: 0 done (or already there); 2 bad input (an unknown name without ``--md5``, a
+malformed checksum, a ``DIR/NAME`` that is not ours, a zip that is not a BEIR collection);
+3 the download failed: the server cannot be reached (offline: copy a BEIR folder from a
+machine that has one instead), answers with an error, or sends bytes whose checksum is
+wrong (nothing is unpacked, the partial download is deleted). Each failure is one line on
+stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from pathlib import Path
 
-from pipeline.io.fetch import main
+from pipeline.errors import InputError
+from pipeline.io.fetch import BASE_URL, CHECKSUMS, URL_ENV, FetchFailed, fetch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.fetch",
+        description="Download a BEIR collection, verify its checksum and unpack it into a folder.",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("name", nargs="?", help=f"the collection: {', '.join(CHECKSUMS)}")
+    parser.add_argument("--into", default="data", metavar="DIR",
+                        help="the parent folder: the collection lands in DIR/NAME (default: data)")
+    parser.add_argument("--url", default=None, metavar="BASE",
+                        help=f"where the zips are, BASE/NAME.zip (default: ${URL_ENV} or {BASE_URL})")
+    parser.add_argument("--md5", default=None, metavar="HEX",
+                        help="the zip's expected MD5 (default: BEIR's published one; needed for other names)")
+    parser.add_argument("--force", action="store_true", help="download and unpack again, replacing DIR/NAME")
+    parser.add_argument("--list", action="store_true", help="list the collections with a published checksum")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list or not args.name:
+        if not args.list:
+            print("error: name a collection, e.g. python -m pipeline.fetch scifact", file=sys.stderr)
+        print("collections (BEIR, published MD5):", ", ".join(CHECKSUMS), file=sys.stdout if args.list else sys.stderr)
+        return 0 if args.list else 2
+    base = args.url or os.environ.get(URL_ENV) or BASE_URL
+    progress = sys.stderr.isatty()
+    try:
+        target = fetch(args.name, Path(args.into), base, md5=args.md5, force=args.force, progress=progress,
+                       say=print)
+    except (InputError, FetchFailed) as err:
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; run the same command again to continue the download", file=sys.stderr)
+        return 130
+    print(f"run it: python -m pipeline dataset=beir dataset.path={target}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

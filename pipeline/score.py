@@ -35,164 +35,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from numpy.typing import NDArray
 
 from pipeline.errors import InputError, positive_int
-from pipeline.io.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
-                               tie_break_rule, to_numpy)
-from pipeline.io.readers import require_file
-from pipeline.metrics import (EXP_GAIN_LIMIT, FULL_DEPTH, Evaluation, Qrels, check_gain_overflow, evaluate,
-                              judged_warning)
-from retrievers.base import rows_to_ranking
-
-log = logging.getLogger(__name__)
+from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, tie_break_rule
+from pipeline.io.scored import Scored, score_files
+from pipeline.metrics import FULL_DEPTH, Evaluation, judged_warning
 
 DEFAULT_KS = (1, 3, 5, 10, 20, 100)
-
-
-@dataclass(frozen=True)
-class Scored:
-    query_ids: list[str]
-    evaluation: Evaluation  # computed up to evaluation.k_max <= k_max (see the module docstring)
-    n_run_queries_unjudged: int  # queries in the run that have no judgments (ignored)
-    k_max: int = 0  # the K asked for; values beyond evaluation.k_max are derived (``values``)
-    doc_idx: NDArray[np.int64] | None = None  # the ranking scored (row = query_ids), for the drill-down
-    qrels: Qrels | None = None
-    doc_vocab: Callable[[], pa.Array] | None = None  # the ids doc_idx and qrels index (made on demand)
-
-    def values(self, family: str, k: int) -> NDArray[np.float64]:
-        """Per-query ``family`` at cut-off ``k`` (1 <= k <= k_max), exact beyond the computed
-        depth: precision = hits / K, every other family unchanged."""
-        ev = self.evaluation
-        if not 1 <= k <= max(self.k_max, ev.k_max):
-            raise ValueError(f"K={k} is outside 1..k_max={max(self.k_max, ev.k_max)}")
-        if k <= ev.k_max:
-            return ev.values(family)[:, k - 1]
-        last = ev.values(family)[:, ev.k_max - 1]
-        if family == "precision":
-            hits = np.rint(last * ev.k_max).astype(np.int64)  # the integer count, exactly
-            return hits / np.float64(k)
-        return last
-
-    def means(self, ks: Sequence[int]) -> dict[str, float]:
-        """As ``Evaluation.means(ks)``, for any K up to k_max."""
-        ev = self.evaluation
-        inside = [k for k in ks if k <= ev.k_max]
-        computed = ev.means(inside)
-        beyond = [k for k in ks if k > ev.k_max]
-        mask = ev.evaluated
-        out: dict[str, float] = {}
-        for family in ev.families():
-            if beyond:
-                # The same reduction as Evaluation.curve (a column mean over a 2-D array).
-                block = np.stack([self.values(family, k) for k in beyond] + [np.zeros(len(mask))], axis=1)
-                derived = block[mask].mean(axis=0) if mask.any() else np.zeros(block.shape[1])
-                derived_at = dict(zip(beyond, derived.tolist()))
-            for k in ks:
-                key = f"{family}_at_{k}"
-                out[key] = computed[key] if k <= ev.k_max else float(derived_at[k])
-        for key in (*ev.full, "n_queries", "n_queries_no_relevant"):
-            out[key] = computed[key]
-        return out
-
-    def per_query(self, ks: Sequence[int]) -> dict[str, object]:
-        """The per-query table at ``ks`` as columns."""
-        ev = self.evaluation
-        table: dict[str, object] = {"query_id": list(self.query_ids)}
-        for family in ev.families():
-            table.update((f"{family}_at_{k}", self.values(family, k)) for k in ks)
-        table.update(ev.full)
-        table["n_relevant"] = ev.n_relevant
-        table["evaluated"] = ev.evaluated
-        return table
-
-
-def rank_run(
-    run: RunFile, qrels_file: QrelsFile, tie_break: str = "file_order"
-) -> tuple[list[str], NDArray[np.int64], Qrels, int]:
-    """Turn string-keyed run and qrels into the arrays ``metrics.evaluate`` takes.
-
-    Returns (judged query ids sorted, doc_idx [n_queries, depth] in rank order with -1
-    padding, Qrels, number of run queries without judgments). Ids are matched through
-    pyarrow hash tables on the distinct values only; rows are handled as integer codes.
-    """
-    tie_break = tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS)
-    query_ids = pc.array_sort_indices(pc.unique(qrels_file.query))
-    query_ids = pc.take(pc.unique(qrels_file.query), query_ids)
-    n_q = len(query_ids)
-    vocab = doc_vocab(qrels_file.doc, run.doc_dict, tie_break)
-    qrels = Qrels(
-        query_idx=_index_in(qrels_file.query, query_ids),
-        doc_idx=_index_in(qrels_file.doc, vocab),
-        grade=qrels_file.grades,
-    )
-    run_q = _index_in(run.query_dict, query_ids)[run.query_codes]  # -1: query without judgments
-    run_docs = _index_in(run.doc_dict, vocab)[run.doc_codes]
-    n_unjudged = int((_index_in(run.query_dict, query_ids) < 0).sum())
-    rows = np.flatnonzero(run_q >= 0)
-    run_q, run_docs, scores = run_q[rows], run_docs[rows], run.scores[rows]
-
-    tie = -run_docs if tie_break == "docid_desc" else None  # None: file order
-    doc_idx = rows_to_ranking(run_q, run_docs, scores, n_q, tie=tie).doc_idx
-    return query_ids.to_pylist(), doc_idx, qrels, n_unjudged
-
-
-def doc_vocab(qrels_docs: pa.Array, run_docs: pa.Array, tie_break: str = "file_order") -> pa.Array:
-    """One document vocabulary for the qrels' and the run's document ids (``rank_run``'s
-    document indices); sorted when ids break ties (byte order = strcmp)."""
-    vocab = pc.unique(pa.concat_arrays([qrels_docs, run_docs]))
-    if tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS) == "docid_desc":
-        vocab = pc.take(vocab, pc.array_sort_indices(vocab))
-    return vocab
-
-
-def _index_in(values: pa.Array, value_set: pa.Array) -> NDArray[np.int64]:
-    """Position of each value in ``value_set`` (-1 when absent)."""
-    found = pc.index_in(values, value_set=value_set)
-    return to_numpy(found, fill=-1).astype(np.int64)  # formats.to_numpy: no pandas import
-
-
-def score_files(
-    qrels_path: str,
-    run_path: str,
-    k_max: int,
-    gain: str = "exp",
-    relevance_level: int = 1,
-    tie_break: str = "file_order",
-    judged_only: bool = False,
-) -> Scored:
-    """Read, rank and evaluate; InputError for bad files (see the module docstring for K)."""
-    qrels_file = read_qrels(qrels_path)
-    run = read_run(run_path)
-    query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
-    try:
-        check_gain_overflow(qrels, len(query_ids), gain)  # type: ignore[arg-type]
-    except ValueError as err:
-        top = int(np.maximum(qrels.grade, 0).max())
-        path = require_file(qrels_path, "qrels")
-        raise InputError(str(err), path, grade_line(path, min(top, EXP_GAIN_LIMIT))) from None
-    k_eval = min(k_max, computed_depth(doc_idx, qrels))
-    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain, relevance_level=relevance_level,  # type: ignore[arg-type]
-                          judged_only=judged_only)
-    qrels_docs, run_docs = qrels_file.doc, run.doc_dict  # not the whole files: the vocabulary is made on demand
-    return Scored(query_ids, evaluation, unjudged, k_max, doc_idx, qrels,
-                  lambda: doc_vocab(qrels_docs, run_docs, tie_break))
-
-
-def computed_depth(doc_idx: NDArray[np.int64], qrels: Qrels) -> int:
-    """The K beyond which only precision changes: the run's depth or the most judged
-    documents with a positive grade of any query (the ideal DCG grows until then)."""
-    positive = qrels.grade > 0
-    most_judged = int(np.bincount(qrels.query_idx[positive]).max()) if positive.any() else 0
-    return max(1, doc_idx.shape[1], most_judged)
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -272,44 +125,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.per_query = args.per_query or args.corpus is not None or args.queries is not None
     ks: list[int] = args.k
     k_max = args.k_max if args.k_max is not None else max(ks)
-    if k_max < max(ks):
-        print(f"error: --k-max {k_max} is smaller than the largest --k {max(ks)}", file=sys.stderr)
-        return 2
-    if args.relevance_level < 1:
-        print(f"error: --relevance-level must be >= 1, got {args.relevance_level}", file=sys.stderr)
-        return 2
-    if args.qrels == "-" and args.run == "-":
-        print("error: only one of QRELS and RUN can be - (standard input)", file=sys.stderr)
+    if problem := _bad_arguments(args, ks, k_max):
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        try:
-            scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break,
-                                 judged_only=args.judged_only)
-        except ValueError as err:  # the computing code's word for a bad argument
-            raise InputError(str(err)) from err
-        ev = scored.evaluation
-        means = scored.means(ks)
-        means["judged_only"] = bool(args.judged_only)  # a condensed-list score says so in its output
-        if args.per_query:
-            import pandas as pd
-
-            table = pd.DataFrame(scored.per_query(ks))
-            cols = ["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], *ev.full, "n_relevant",
-                    "evaluated"]
-            table = table[cols]
-            from pipeline.report import drilldown
-
-            drill = drilldown.of_scored(scored, args.top_k, args.relevance_level, args.corpus, args.queries)
-        output = _render(args, means, ks, ev, table if args.per_query else None, drill if args.per_query else None)
+        scored, means, output = _score(args, ks, k_max)
     except InputError as err:
         if args.debug:
             raise
         print(str(err), file=sys.stderr)
         return err.exit_code
-    if ev.k_max < k_max:
+    _print_notes(args, scored, means, k_max)
+    print(output)
+    return 0
+
+
+def _bad_arguments(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> str | None:
+    """What is wrong with arguments argparse cannot check alone, if anything."""
+    if k_max < max(ks):
+        return f"--k-max {k_max} is smaller than the largest --k {max(ks)}"
+    if args.relevance_level < 1:
+        return f"--relevance-level must be >= 1, got {args.relevance_level}"
+    if args.qrels == "-" and args.run == "-":
+        return "only one of QRELS and RUN can be - (standard input)"
+    return None
+
+
+def _score(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> tuple[Scored, dict[str, float], str]:
+    """Score the run; returns it, its means at ``ks`` and the text to print."""
+    try:
+        scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break,
+                             judged_only=args.judged_only)
+    except ValueError as err:  # the computing code's word for a bad argument
+        raise InputError(str(err)) from err
+    ev = scored.evaluation
+    means = scored.means(ks)
+    means["judged_only"] = bool(args.judged_only)  # a condensed-list score says so in its output
+    table = drill = None
+    if args.per_query:
+        import pandas as pd
+
+        table = pd.DataFrame(scored.per_query(ks))
+        table = table[["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], *ev.full, "n_relevant",
+                       "evaluated"]]
+        from pipeline.report import drilldown
+
+        drill = drilldown.of_scored(scored, args.top_k, args.relevance_level, args.corpus, args.queries)
+    return scored, means, _render(args, means, ks, ev, table, drill)
+
+
+def _print_notes(args: argparse.Namespace, scored: Scored, means: dict[str, float], k_max: int) -> None:
+    """What the numbers alone do not say, on standard error."""
+    if scored.evaluation.k_max < k_max:
         print(
-            f"note: computed K = 1..{ev.k_max} (the run's depth, or the most relevant documents of a query); "
-            f"beyond it only precision changes (hits / K), so K up to {k_max} is exact",
+            f"note: computed K = 1..{scored.evaluation.k_max} (the run's depth, or the most relevant documents of "
+            f"a query); beyond it only precision changes (hits / K), so K up to {k_max} is exact",
             file=sys.stderr,
         )
     if args.judged_only:
@@ -322,8 +192,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"note: {scored.n_run_queries_unjudged} queries of the run have no judgments and were ignored",
             file=sys.stderr,
         )
-    print(output)
-    return 0
 
 
 def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int], ev: Evaluation, table,

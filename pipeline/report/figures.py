@@ -34,7 +34,8 @@ RUN_FIGURES = ("k_sweep.png", "precision_recall.png")
 
 def _figure(**kwargs: Any) -> Figure:
     """``matplotlib.figure.Figure(**kwargs)``; matplotlib is imported on the first figure, so
-    importing this module (a job that hands its figures to the figure process) stays cheap."""
+    a process that imports this module but draws nothing (the scorer, a job's setup) does
+    not pay for it."""
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
@@ -133,8 +134,9 @@ def pr_curve_figure(
 SIDE_BY_SIDE_MAX_JOBS = 12
 #: Up to this many jobs the sweep summary writes each bar's value beside it.
 BAR_LABELS_MAX_JOBS = 30
-#: PNG options of the summary and comparison figures: zlib level 1 writes a large figure in a
-#: third of level 6's time, for files about 10% larger.
+#: PNG options of the summary and comparison figures: zlib's fastest level, because these
+#: figures are large and written at the end of a sweep or a comparison, where a somewhat
+#: larger file costs less than the time a tighter compression takes.
 PNG_FAST = {"pil_kwargs": {"compress_level": 1}}
 
 
@@ -175,38 +177,54 @@ def sweep_summary_figure(
         fig = _figure(figsize=(15, 4.5 + bars_height + 2.0), layout="constrained")
         panels = fig.subplot_mosaic([["ndcg", "recall"], ["bars", "bars"]], height_ratios=[4.0, bars_height])
         bar_ax, ndcg_ax, recall_ax = panels["bars"], panels["ndcg"], panels["recall"]
+    _headline_bars(bar_ax, table, names, metric_keys, ci, tied, bars_height)
+    _job_curves(fig, ndcg_ax, recall_ax, curves, lines, n_jobs)
+    fig.suptitle(title)
+    return fig
 
+
+def _headline_bars(ax: Axes, table: pd.DataFrame, names: Sequence[str], metric_keys: Sequence[str],
+                   ci: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None, tied: Sequence[str],
+                   bars_height: float) -> None:
+    """The sweep summary's bars: one group per job, one bar per metric, CIs as error bars;
+    the x-range fits the values and their CIs, with room for the value labels."""
+    n_jobs = len(names)
     positions = np.arange(n_jobs)
     height = 0.8 / len(metric_keys)
     low_all, high_all = [], []
     for j, key in enumerate(metric_keys):
         values = table[key].to_numpy(dtype=np.float64)
         y = positions + (j - (len(metric_keys) - 1) / 2) * height
-        bars = bar_ax.barh(y, values, height=height, label=key)
+        bars = ax.barh(y, values, height=height, label=key)
         low_all.append(values)
         high_all.append(values)
         if ci and key in ci:
             low, high = (np.asarray(v, dtype=np.float64) for v in ci[key])
-            bar_ax.errorbar(values, y, xerr=[values - low, high - values], fmt="none", ecolor="0.2",
-                            capsize=2, linewidth=0.8)
+            ax.errorbar(values, y, xerr=[values - low, high - values], fmt="none", ecolor="0.2",
+                        capsize=2, linewidth=0.8)
             low_all.append(low)
             high_all.append(high)
         if n_jobs <= BAR_LABELS_MAX_JOBS:  # past that they overlap; sweep_table.md has every value
-            bar_ax.bar_label(bars, fmt="%.3f", fontsize="x-small", padding=2)
+            ax.bar_label(bars, fmt="%.3f", fontsize="x-small", padding=2)
     labels = [f"{name}  ≈ best" if name in tied else name for name in names]
-    bar_ax.set_yticks(positions, labels=labels, fontsize="small" if n_jobs <= 20 else "x-small")
-    bar_ax.set_ylim(max(n_jobs, 1) - 0.5, -0.5)  # first job on top, like the table; no margins
-    bar_ax.set_xlabel("mean over queries (bars: 95% CI)" if ci else "mean over queries")
-    bar_ax.set_title("Headline metrics per job")
-    bar_ax.grid(True, axis="x", alpha=0.3)
+    ax.set_yticks(positions, labels=labels, fontsize="small" if n_jobs <= 20 else "x-small")
+    ax.set_ylim(max(n_jobs, 1) - 0.5, -0.5)  # first job on top, like the table; no margins
+    ax.set_xlabel("mean over queries (bars: 95% CI)" if ci else "mean over queries")
+    ax.set_title("Headline metrics per job")
+    ax.grid(True, axis="x", alpha=0.3)
     lo = float(np.nanmin(np.concatenate(low_all))) if n_jobs else 0.0
     hi = float(np.nanmax(np.concatenate(high_all))) if n_jobs else 1.0
     span = max(hi - lo, 0.05)
-    bar_ax.set_xlim(max(0.0, lo - 0.35 * span), hi + 0.3 * span)  # room for the value labels
+    ax.set_xlim(max(0.0, lo - 0.35 * span), hi + 0.3 * span)  # room for the value labels
     # below the axis label, the same distance (0.5 inch) whatever the height of the panel
-    bar_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / bars_height), ncols=min(len(metric_keys), 3),
-                  fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / bars_height), ncols=min(len(metric_keys), 3),
+              fontsize="small")
 
+
+def _job_curves(fig: Figure, ndcg_ax: Axes, recall_ax: Axes, curves: Mapping[str, Mapping[str, NDArray]],
+                lines: Sequence[str], n_jobs: int) -> None:
+    """The sweep summary's nDCG@K and recall@K panels, one line per entry of ``curves`` (in
+    ``lines`` order), with one legend for both."""
     for ax, key in ((ndcg_ax, "ndcg"), (recall_ax, "recall")):
         k_max, ys = 1, []
         for name in lines:
@@ -228,8 +246,6 @@ def sweep_summary_figure(
         # side by side: below them, outside the data; stacked: beside them, not thirty inches below
         owner, loc = (fig, "outside lower right") if n_jobs <= SIDE_BY_SIDE_MAX_JOBS else (recall_ax, "lower right")
         owner.legend(handles, legend_labels, loc=loc, ncols=1 if len(lines) <= 4 else 2, fontsize="x-small")
-    fig.suptitle(title)
-    return fig
 
 
 def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> list[Path]:

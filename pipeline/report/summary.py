@@ -1,9 +1,11 @@
 """The end of a sweep: every finished job logged, a summary built from the jobs' folders.
 
-Runs in the tracking process (``pipeline.sync``), where mlflow is imported. The summary
+Runs in the process that launched the sweep (``pipeline.sweep``), or in ``python -m
+pipeline.sync`` for a sweep whose end a crash cut short. The summary
 (``summary/sweep_table.csv``, ``.md`` and ``sweep_summary.png``: the jobs' headline metrics
-and their nDCG@K and recall@K curves) is built from the records on disk, not read back from
-MLflow, and logged to the sweep's parent run, which is then closed.
+and their nDCG@K and recall@K curves, and ``summary/compare/``: which jobs differ) is built
+from the records on disk, not read back from MLflow, so an untracked sweep has one too;
+when tracking, it is logged to the sweep's parent run, which is then closed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
+from pipeline.io import results as res
+from pipeline.report import figures as plots
+from pipeline.report.output import report_for_folders
+from pipeline.report.systems import parse_overrides
 
 log = logging.getLogger(__name__)
 
@@ -76,102 +81,154 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     main effects (``summary/compare/``), and the best job, which the parent run also carries
     as tags (``best_run_name``, ``best_run_id``, ``best.<override>``) and metrics
     (``best_<objective>`` and its CI)."""
-    import pandas as pd
-
-    from pipeline.report import figures as plots
-
     sweep_dir = Path(sweep_dir)
     out = sweep_dir / res.SUMMARY
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(results, res.read_record(results)) for results in res.find_results([sweep_dir])]
     report, note = _compare(sweep_dir, objective, out, len(jobs))
-    tied_folders = set()
-    if report is not None:
-        by_name = {d["name"]: d for d in report["systems"]}
-        tied_folders = {_resolved(by_name[n].get("folder")) for n in report["tied_with_best"].get(objective, [])
-                        if n in by_name}
-    rows, curves, groups = [], {}, {}
-    for results, record in jobs:
-        marker = res.read_marker(results)
-        k = record["params"].get("k", str(record["k"]))
-        row: dict[str, Any] = {
-            "run_name": record["run_name"],
-            "run_id": marker["run_id"] if marker else "",
-            "status": "FINISHED" if marker or settings is None else "FAILED",
-            "overrides": record["tags"].get(tracking.TAG_OVERRIDES, ""),
-        }
-        row.update(record["metrics"])
-        for family in ("ndcg", "context_utility"):  # each job at its own k
-            row[f"{family}_at_k"] = record["metrics"].get(f"{family}_at_{k}")
-        row["tied_with_best"] = _resolved(results.parent) in tied_folders or _resolved(results) in tied_folders
-        if "optuna_trial" in record["tags"]:
-            row["optuna_trial"] = record["tags"]["optuna_trial"]
-        # Jobs with identical rankings have identical nDCG@K and recall@K curves: drawn once.
-        groups.setdefault(record.get("ranking_digest") or record["job_key"], []).append((record, len(rows)))
-        rows.append(row)
-    for members in groups.values():
-        first = members[0][0]
-        label = _group_label([m[0] for m in members], jobs)
-        curves[label] = {name: first["curves"].get(f"curve/{name}") for name in ("ndcg", "recall")}
-    table = pd.DataFrame(rows)
-    ci_cols = [f"{objective}_ci_low", f"{objective}_ci_high"]
-    if len(table):
-        ks = sorted({int(record["params"].get("k", 0)) for _, record in jobs} - {0})
-        wanted = [objective, *ci_cols, "tied_with_best", "ndcg_at_k", "context_utility_at_k",
-                  *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *_budget_columns(table.columns),
-                  "time_total_s"]
-        keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
-        trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
-        table = table[["run_name", "run_id", "status", "overrides", *trial, *keys]]
-        if objective in table.columns:
-            table = table.sort_values(objective, ascending=False, kind="stable")
+    tied_folders = _tied_folders(report, objective)
+    table = _sweep_table([_job_row(results, record, settings, tied_folders) for results, record in jobs],
+                         jobs, objective)
     table.to_csv(out / "sweep_table.csv", index=False, float_format="%.6g")
     (out / "sweep_table.md").write_text(_markdown(table))
     if len(table):
-        headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in table.columns]
-        ci = ({objective: (table[ci_cols[0]].to_numpy(), table[ci_cols[1]].to_numpy())}
-              if all(c in table.columns for c in ci_cols) else None)
-        tied = table.loc[table.get("tied_with_best", pd.Series(False, index=table.index)).astype(bool), "run_name"]
-        figure = plots.sweep_summary_figure(table, curves, headline, ci=ci, tied=list(tied),
-                                            title=f"Sweep summary ({len(table)} jobs)")
-        figure.savefig(out / "sweep_summary.png", dpi=80, **plots.PNG_FAST)
+        _draw(table, _curves(jobs), objective, out)
     info = tracking.read_sweep_file(sweep_dir)
-    shown = [c for c in ("run_name", "status", objective, *ci_cols, "tied_with_best", "ndcg_at_k",
+    shown = [c for c in ("run_name", "status", objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k",
                          "context_utility_at_k", "mrr", "map") if c in table.columns]
-    text = f"sweep {info.get('sweep_id', sweep_dir.name)}: {len(table)} runs; summary in {out.resolve()}"
-    if len(table):  # the headline columns; the files hold them all
-        text += "\n" + _markdown(table[list(dict.fromkeys(shown))]).rstrip("\n")
+    headline = table[list(dict.fromkeys(shown))] if len(table) else table  # the files hold every column
     best = table.iloc[0] if len(table) and objective in table.columns else None
-    if best is not None:
-        ci_text = (f" [95% CI {best[ci_cols[0]]:.4f}, {best[ci_cols[1]]:.4f}]"
-                   if all(c in table.columns for c in ci_cols) else "")
-        text += f"\nbest: {best['run_name']} ({best['overrides']}): {objective} {best[objective]:.4f}{ci_text}"
-        if best["run_id"]:
-            text += f"; MLflow run {best['run_id']}"
-        if (n_tied := _tied_with(table)) is not None:
-            text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
-                     f"alpha 0.05); see summary/compare/report.md")
+    text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, headline, best, objective)
     if note:
         text += f"\nnote: {note}"
     if settings is not None:
-        name = info.get("run_name") or f"sweep {info.get('sweep_id', sweep_dir.name)}"
-        parent = info.get("parent_run_id") if info.get("uri", settings.uri) == settings.uri else None
-        exp_id = info.get("experiment_id") if parent else None
-        if parent is None:
-            experiment = info.get("experiment")
-            if not experiment:
-                raise tracking.TrackingError(f"{sweep_dir / res.SWEEP_FILE}: the sweep's experiment is unknown")
-            found = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {},
-                                         run_name=info.get("run_name"))
-            parent, exp_id = found["parent_run_id"], found["experiment_id"]
-        tags, metrics = _best_on_parent(best, objective, ci_cols, table)
-        description = sweep_description(name, info.get("experiment", ""), objective, table, best, status,
-                                        table[list(dict.fromkeys(shown))] if len(table) else table)
-        tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics,
-                              description=description)
-        text += f"\nMLflow parent run {parent} ({name}, {status})"
-        if exp_id:
-            text += "\n" + tracking.open_hint(settings.uri, str(exp_id), parent)
+        text += _log_to_parent(sweep_dir, info, settings, out, table, headline, best, objective, status)
+    return text
+
+
+def _ci_columns(objective: str) -> list[str]:
+    """The columns of the objective's 95% CI (each job logs them)."""
+    return [f"{objective}_ci_low", f"{objective}_ci_high"]
+
+
+def _tied_folders(report: dict[str, Any] | None, objective: str) -> set[str]:
+    """The folders of the jobs the comparison found tied with the best on the objective."""
+    if report is None:
+        return set()
+    by_name = {d["name"]: d for d in report["systems"]}
+    return {_resolved(by_name[n].get("folder")) for n in report["tied_with_best"].get(objective, []) if n in by_name}
+
+
+def _job_row(results: Path, record: dict[str, Any], settings: tracking.StoreSettings | None,
+             tied_folders: set[str]) -> dict[str, Any]:
+    """A job's row of the sweep table: its names, status, overrides and every metric."""
+    marker = res.read_marker(results)
+    k = record["params"].get("k", str(record["k"]))
+    row: dict[str, Any] = {
+        "run_name": record["run_name"],
+        "run_id": marker["run_id"] if marker else "",
+        "status": "FINISHED" if marker or settings is None else "FAILED",
+        "overrides": record["tags"].get(tracking.TAG_OVERRIDES, ""),
+    }
+    row.update(record["metrics"])
+    for family in ("ndcg", "context_utility"):  # each job at its own k
+        row[f"{family}_at_k"] = record["metrics"].get(f"{family}_at_{k}")
+    row["tied_with_best"] = _resolved(results.parent) in tied_folders or _resolved(results) in tied_folders
+    if "optuna_trial" in record["tags"]:
+        row["optuna_trial"] = record["tags"]["optuna_trial"]
+    return row
+
+
+def _curves(jobs: list[tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The nDCG@K and recall@K curves to draw, by label. Jobs with identical rankings have
+    identical curves: each ranking is drawn once (see :func:`_group_label`)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for _, record in jobs:
+        groups.setdefault(record.get("ranking_digest") or record["job_key"], []).append(record)
+    curves = {}
+    for records in groups.values():
+        curves[_group_label(records, jobs)] = {name: records[0]["curves"].get(f"curve/{name}")
+                                               for name in ("ndcg", "recall")}
+    return curves
+
+
+def _sweep_table(rows: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, Any]]], objective: str) -> Any:
+    """The sweep table (pandas): names, then the objective with its CI and the tie mark,
+    each job's metrics at its own k, every family at each k of the sweep, mrr, map, the
+    budget metrics; only the columns every job has; best objective first."""
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    if not len(table):
+        return table
+    ks = sorted({int(record["params"].get("k", 0)) for _, record in jobs} - {0})
+    wanted = [objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k", "context_utility_at_k",
+              *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *_budget_columns(table.columns),
+              "time_total_s"]
+    keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
+    trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
+    table = table[["run_name", "run_id", "status", "overrides", *trial, *keys]]
+    if objective in table.columns:
+        table = table.sort_values(objective, ascending=False, kind="stable")
+    return table
+
+
+def _draw(table: Any, curves: dict[str, dict[str, Any]], objective: str, out: Path) -> None:
+    """``sweep_summary.png``: the headline metrics per job (the objective with its CI, the
+    tied jobs marked) beside the curves."""
+    import pandas as pd
+
+    ci_cols = _ci_columns(objective)
+    headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in table.columns]
+    ci = ({objective: (table[ci_cols[0]].to_numpy(), table[ci_cols[1]].to_numpy())}
+          if all(c in table.columns for c in ci_cols) else None)
+    tied = table.loc[table.get("tied_with_best", pd.Series(False, index=table.index)).astype(bool), "run_name"]
+    figure = plots.sweep_summary_figure(table, curves, headline, ci=ci, tied=list(tied),
+                                        title=f"Sweep summary ({len(table)} jobs)")
+    figure.savefig(out / "sweep_summary.png", dpi=80, **plots.PNG_FAST)
+
+
+def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any, objective: str) -> str:
+    """What the sweep prints: where the summary is, the headline table, the best job and
+    how many jobs tie with it."""
+    text = f"sweep {sweep_id}: {len(table)} runs; summary in {out.resolve()}"
+    if len(table):
+        text += "\n" + _markdown(headline).rstrip("\n")
+    if best is None:
+        return text
+    ci_cols = _ci_columns(objective)
+    ci_text = (f" [95% CI {best[ci_cols[0]]:.4f}, {best[ci_cols[1]]:.4f}]"
+               if all(c in table.columns for c in ci_cols) else "")
+    text += f"\nbest: {best['run_name']} ({best['overrides']}): {objective} {best[objective]:.4f}{ci_text}"
+    if best["run_id"]:
+        text += f"; MLflow run {best['run_id']}"
+    if (n_tied := n_tied_with_best(table)) is not None:
+        text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
+                 f"alpha 0.05); see summary/compare/report.md")
+    return text
+
+
+def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.StoreSettings, out: Path, table: Any,
+                   headline: Any, best: Any, objective: str, status: str) -> str:
+    """Log the summary to the sweep's parent run (made now if the sweep has none in this
+    store), with the best job as tags and metrics, and close it; returns what to print."""
+    name = info.get("run_name") or f"sweep {info.get('sweep_id', sweep_dir.name)}"
+    parent = info.get("parent_run_id") if info.get("uri", settings.uri) == settings.uri else None
+    exp_id = info.get("experiment_id") if parent else None
+    if parent is None:
+        experiment = info.get("experiment")
+        if not experiment:
+            raise tracking.TrackingError(f"{sweep_dir / res.SWEEP_FILE}: the sweep's experiment is unknown")
+        found = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {},
+                                     run_name=info.get("run_name"))
+        parent, exp_id = found["parent_run_id"], found["experiment_id"]
+    tags, metrics = _best_on_parent(best, objective, _ci_columns(objective), table)
+    description = sweep_description(name, info.get("experiment", ""), objective, table, best, status, headline)
+    tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics,
+                          description=description)
+    text = f"\nMLflow parent run {parent} ({name}, {status})"
+    if exp_id:
+        text += "\n" + tracking.open_hint(settings.uri, str(exp_id), parent)
     return text
 
 
@@ -188,7 +245,7 @@ def sweep_description(name: str, experiment: str, objective: str, table: Any, be
               if all(c in table.columns for c in ci_cols) else "")
         lines.append(f"**Best:** `{best['run_name']}` (`{best['overrides']}`): `{objective}` = "
                      f"{best[objective]:.4f}{ci}.")
-        if (n_tied := _tied_with(table)) is not None:
+        if (n_tied := n_tied_with_best(table)) is not None:
             lines.append(f"{n_tied} other job(s) are statistically tied with it "
                          "(paired randomization test, Holm-adjusted, alpha 0.05).")
         lines.append("")
@@ -210,8 +267,6 @@ def _compare(sweep_dir: Path, objective: str, out: Path, n_jobs: int) -> tuple[d
     """The statistics of the sweep's jobs on the objective (``summary/compare/``), or why not."""
     if n_jobs < 2:
         return None, ""
-    from pipeline.report.compare import report_for_folders
-
     try:
         return report_for_folders([sweep_dir], metrics=[objective], out=out / "compare"), ""
     except InputError as err:
@@ -224,8 +279,6 @@ def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str,
     sweep (``retriever=bm25 (6 jobs)``), else the first name and how many more."""
     if len(records) == 1:
         return records[0]["run_name"]
-    from pipeline.report.compare import parse_overrides
-
     every = [parse_overrides(r["tags"].get(tracking.TAG_OVERRIDES, "")) for _, r in jobs]
     mine = [parse_overrides(r["tags"].get(tracking.TAG_OVERRIDES, "")) for r in records]
     shared = [key for key in mine[0] if len({m.get(key) for m in mine}) == 1
@@ -238,8 +291,6 @@ def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str,
 def _best_on_parent(best: Any, objective: str, ci_cols: list[str], table: Any) -> tuple[dict[str, str], dict[str, float]]:
     if best is None:
         return {}, {}
-    from pipeline.report.compare import parse_overrides
-
     tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
             **{f"best.{k}": v for k, v in parse_overrides(str(best["overrides"])).items()
                if not k.startswith(("paths.", "tracking.", "hydra."))}}
@@ -277,7 +328,7 @@ def _markdown(table: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tied_with(table: Any) -> int | None:
+def n_tied_with_best(table: Any) -> int | None:
     """How many jobs other than the best (the first row) are statistically tied with it;
     None without the column. (Subtracting 1 from the column's sum gave -1 when the best
     itself was not marked, e.g. when only one job succeeded.)"""

@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from pipeline.report import compare
+from pipeline import compare as compare_command
+from pipeline import report as compare
 
 ROOT = Path(__file__).resolve().parents[2]
 QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
@@ -58,7 +59,7 @@ def _per_query(folder: Path) -> pd.DataFrame:
 
 
 def _compare(capsys, *args: str) -> tuple[int, str, str]:
-    code = compare.main([*args])
+    code = compare_command.main([*args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -291,9 +292,9 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
 
 
 def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
-    """compare.read_per_query converts only query_id, evaluated and the metrics asked for;
+    """read_per_query converts only query_id, evaluated and the metrics asked for;
     what it returns and the errors it names are those of the whole table."""
-    from pipeline.report.compare import read_per_query
+    from pipeline.report import read_per_query
     from pipeline.errors import InputError
 
     path = tmp_path / "per_query.csv"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import fetch as fetch_command
 from pipeline.io import fetch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ def test_fetch_downloads_verifies_unpacks_and_is_idempotent(server, tmp_path, ca
     url, _, requests, md5 = server
     into = tmp_path / "data"
     before = len(requests)
-    assert fetch.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
+    assert fetch_command.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
     target = into / NAME
     for f in FILES:  # byte for byte what was zipped
         assert (target / f).read_bytes() == (SAMPLE / f).read_bytes()
@@ -98,13 +99,13 @@ def test_fetch_downloads_verifies_unpacks_and_is_idempotent(server, tmp_path, ca
     assert f"dataset.path={target}" in out
 
     # Again: nothing downloaded, it says so.
-    assert fetch.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
+    assert fetch_command.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
     assert len(requests) == before + 1
     assert "already there and verified" in capsys.readouterr().out
 
     # A file changed since: fetched again, and right again.
     (target / "queries.jsonl").write_text("{}\n")
-    assert fetch.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
+    assert fetch_command.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
     assert (target / "queries.jsonl").read_bytes() == (SAMPLE / "queries.jsonl").read_bytes()
     assert len(requests) == before + 2 and _leftovers(into) == []
 
@@ -115,7 +116,7 @@ def test_fetch_continues_a_partial_download(server, tmp_path):
     into.mkdir()
     whole = (root / f"{NAME}.zip").read_bytes()
     (into / f".{NAME}.zip.part").write_bytes(whole[: len(whole) // 2])
-    assert fetch.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
+    assert fetch_command.main([NAME, "--into", str(into), "--url", url, "--md5", md5]) == 0
     assert requests[-1] == (f"/{NAME}.zip", f"bytes={len(whole) // 2}-")
     assert fetch.verified(into / NAME, md5) and _leftovers(into) == []
 
@@ -150,12 +151,12 @@ def test_an_unreachable_host_is_one_line_and_says_what_to_do(tmp_path):
 
 
 def test_unknown_names_bad_checksums_and_foreign_folders_are_input_errors(tmp_path, capsys):
-    assert fetch.main(["no-such-collection", "--into", str(tmp_path)]) == 2
+    assert fetch_command.main(["no-such-collection", "--into", str(tmp_path)]) == 2
     assert "known collections are" in capsys.readouterr().err
-    assert fetch.main(["scifact", "--md5", "xyz", "--into", str(tmp_path)]) == 2
-    assert fetch.main(["../up", "--md5", "0" * 32, "--into", str(tmp_path)]) == 2
+    assert fetch_command.main(["scifact", "--md5", "xyz", "--into", str(tmp_path)]) == 2
+    assert fetch_command.main(["../up", "--md5", "0" * 32, "--into", str(tmp_path)]) == 2
     (tmp_path / "scifact").mkdir()  # a folder fetch did not make is left alone
-    assert fetch.main(["scifact", "--into", str(tmp_path)]) == 2
+    assert fetch_command.main(["scifact", "--into", str(tmp_path)]) == 2
     assert "was not fetched here" in capsys.readouterr().err
 
 
@@ -163,7 +164,7 @@ def test_a_zip_whose_entries_escape_is_refused(server, tmp_path, capsys):
     url, root, _, _ = server
     md5 = _zip_folder(root / "evil.zip", "", {"../escaped.txt": b"x", "corpus.jsonl": b"{}\n"})
     into = tmp_path / "a" / "data"
-    assert fetch.main(["evil", "--into", str(into), "--url", url, "--md5", md5]) == 2
+    assert fetch_command.main(["evil", "--into", str(into), "--url", url, "--md5", md5]) == 2
     assert "would land outside" in capsys.readouterr().err
     assert not (tmp_path / "a" / "escaped.txt").exists() and not (into / "evil").exists()
     assert _leftovers(into) == []
@@ -172,7 +173,7 @@ def test_a_zip_whose_entries_escape_is_refused(server, tmp_path, capsys):
 @pytest.mark.slow
 def test_a_pipeline_run_on_the_fetched_collection(server, tmp_path, run_pipeline):
     url, _, _, md5 = server
-    assert fetch.main([NAME, "--into", str(tmp_path / "data"), "--url", url, "--md5", md5]) == 0
+    assert fetch_command.main([NAME, "--into", str(tmp_path / "data"), "--url", url, "--md5", md5]) == 0
     folder = tmp_path / "data" / NAME
     done = run_pipeline("dataset=beir", f"dataset.path={folder}", "tracking=none")
     assert done.returncode == 0, done.stderr[-2000:]

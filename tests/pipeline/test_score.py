@@ -13,7 +13,8 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.io.formats import read_qrels, read_run, write_run
-from pipeline.score import main, score_files
+from pipeline.io.scored import score_files
+from pipeline.score import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -219,12 +220,12 @@ def test_tie_break_names_and_the_old_alias(tmp_path, capsys):
 
 
 def test_value_error_from_computing_code_is_one_line_with_status_2(tmp_path, capsys, monkeypatch):
-    import pipeline.score as score_mod
+    import pipeline.io.scored as scored_mod
 
     def bad_evaluate(*args, **kwargs):
         raise ValueError("k_max must be >= 1, got 0")
 
-    monkeypatch.setattr(score_mod, "evaluate", bad_evaluate)
+    monkeypatch.setattr(scored_mod, "evaluate", bad_evaluate)
     qrels = write(tmp_path / "qrels.txt", QRELS)
     run = write(tmp_path / "run.txt", RUN)
     assert main([str(qrels), str(run)]) == 2
@@ -235,7 +236,7 @@ def test_k_beyond_the_run_is_derived_bit_for_bit(tmp_path):
     """Clamping K to the run's depth gives exactly what evaluating every K gives."""
     from pipeline.io.formats import read_qrels, read_run
     from pipeline.metrics import evaluate
-    from pipeline.score import rank_run, score_files
+    from pipeline.io.scored import rank_run, score_files
 
     rng = np.random.default_rng(7)
     qrels = tmp_path / "q.txt"

@@ -126,11 +126,11 @@ def test_one_override_moves_every_output(tmp_path):
 
 
 def test_the_tie_count_leaves_out_the_best_even_when_it_is_not_marked():
-    from pipeline.report.summary import _tied_with
+    from pipeline.report.summary import n_tied_with_best
 
     # One job succeeded: its own row says False (nothing to compare), which gave "-1 other job(s)".
-    assert _tied_with(pd.DataFrame({"tied_with_best": [False]})) == 0
-    assert _tied_with(pd.DataFrame({"tied_with_best": [True, True, False, True]})) == 2
-    assert _tied_with(pd.DataFrame({"ndcg_at_10": [0.5]})) is None
+    assert n_tied_with_best(pd.DataFrame({"tied_with_best": [False]})) == 0
+    assert n_tied_with_best(pd.DataFrame({"tied_with_best": [True, True, False, True]})) == 2
+    assert n_tied_with_best(pd.DataFrame({"ndcg_at_10": [0.5]})) is None
 
 

@@ -1,0 +1,174 @@
+"""A TREC run scored against qrels: read, map ids, order ties, evaluate.
+
+``score_files`` is ``python -m pipeline.score`` without its printing; ``pipeline.compare``
+scores run files with it, and the drill-down reads its :class:`Scored`.
+
+Query set: the judged queries of the qrels (like ``trec_eval -c``): a judged query missing
+from the run scores 0; run queries without judgments are ignored and counted.
+
+Ordering within a query (the tie rules of ``pipeline.io.formats``): ``file_order`` keeps
+tied scores in the run file's order; ``docid_desc`` re-sorts them by document id
+descending, as trec_eval does. (``doc_index`` needs a corpus.)
+
+K beyond the run: metrics are computed up to the run's depth or the most relevant
+documents any query has, whichever is larger; beyond that nothing changes but precision's
+denominator, so :meth:`Scored.values` derives every larger K exactly (precision_at_K =
+hits / K, every other family keeps its last value), whatever the K asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from pipeline.errors import InputError
+from pipeline.io.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
+                                 tie_break_rule, to_numpy)
+from pipeline.io.readers import require_file
+from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate
+from retrievers.base import rows_to_ranking
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The evaluation of a run file: per-query values of every metric at every K up to
+    ``k_max`` (rows in ``query_ids`` order), the ranking scored and the qrels it used."""
+
+    query_ids: list[str]
+    evaluation: Evaluation  # computed up to evaluation.k_max <= k_max (see the module docstring)
+    n_run_queries_unjudged: int  # queries in the run that have no judgments (ignored)
+    k_max: int = 0  # the K asked for; values beyond evaluation.k_max are derived (``values``)
+    doc_idx: NDArray[np.int64] | None = None  # the ranking scored (row = query_ids), for the drill-down
+    qrels: Qrels | None = None
+    doc_vocab: Callable[[], pa.Array] | None = None  # the ids doc_idx and qrels index (made on demand)
+
+    def values(self, family: str, k: int) -> NDArray[np.float64]:
+        """Per-query ``family`` at cut-off ``k`` (1 <= k <= k_max), exact beyond the computed
+        depth: precision = hits / K, every other family unchanged."""
+        ev = self.evaluation
+        if not 1 <= k <= max(self.k_max, ev.k_max):
+            raise ValueError(f"K={k} is outside 1..k_max={max(self.k_max, ev.k_max)}")
+        if k <= ev.k_max:
+            return ev.values(family)[:, k - 1]
+        last = ev.values(family)[:, ev.k_max - 1]
+        if family == "precision":
+            hits = np.rint(last * ev.k_max).astype(np.int64)  # the integer count, exactly
+            return hits / np.float64(k)
+        return last
+
+    def means(self, ks: Sequence[int]) -> dict[str, float]:
+        """As ``Evaluation.means(ks)``, for any K up to k_max."""
+        ev = self.evaluation
+        inside = [k for k in ks if k <= ev.k_max]
+        computed = ev.means(inside)
+        beyond = [k for k in ks if k > ev.k_max]
+        mask = ev.evaluated
+        out: dict[str, float] = {}
+        for family in ev.families():
+            if beyond:
+                # The same reduction as Evaluation.curve (a column mean over a 2-D array).
+                block = np.stack([self.values(family, k) for k in beyond] + [np.zeros(len(mask))], axis=1)
+                derived = block[mask].mean(axis=0) if mask.any() else np.zeros(block.shape[1])
+                derived_at = dict(zip(beyond, derived.tolist()))
+            for k in ks:
+                key = f"{family}_at_{k}"
+                out[key] = computed[key] if k <= ev.k_max else float(derived_at[k])
+        for key in (*ev.full, "n_queries", "n_queries_no_relevant"):
+            out[key] = computed[key]
+        return out
+
+    def per_query(self, ks: Sequence[int]) -> dict[str, object]:
+        """The per-query table at ``ks`` as columns."""
+        ev = self.evaluation
+        table: dict[str, object] = {"query_id": list(self.query_ids)}
+        for family in ev.families():
+            table.update((f"{family}_at_{k}", self.values(family, k)) for k in ks)
+        table.update(ev.full)
+        table["n_relevant"] = ev.n_relevant
+        table["evaluated"] = ev.evaluated
+        return table
+
+
+def rank_run(
+    run: RunFile, qrels_file: QrelsFile, tie_break: str = "file_order"
+) -> tuple[list[str], NDArray[np.int64], Qrels, int]:
+    """Turn string-keyed run and qrels into the arrays ``metrics.evaluate`` takes.
+
+    Returns (judged query ids sorted, doc_idx [n_queries, depth] in rank order with -1
+    padding, Qrels, number of run queries without judgments). Ids are matched through
+    pyarrow hash tables on the distinct values only; rows are handled as integer codes.
+    """
+    tie_break = tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS)
+    query_ids = pc.array_sort_indices(pc.unique(qrels_file.query))
+    query_ids = pc.take(pc.unique(qrels_file.query), query_ids)
+    n_q = len(query_ids)
+    vocab = doc_vocab(qrels_file.doc, run.doc_dict, tie_break)
+    qrels = Qrels(
+        query_idx=_index_in(qrels_file.query, query_ids),
+        doc_idx=_index_in(qrels_file.doc, vocab),
+        grade=qrels_file.grades,
+    )
+    run_q = _index_in(run.query_dict, query_ids)[run.query_codes]  # -1: query without judgments
+    run_docs = _index_in(run.doc_dict, vocab)[run.doc_codes]
+    n_unjudged = int((_index_in(run.query_dict, query_ids) < 0).sum())
+    rows = np.flatnonzero(run_q >= 0)
+    run_q, run_docs, scores = run_q[rows], run_docs[rows], run.scores[rows]
+
+    tie = -run_docs if tie_break == "docid_desc" else None  # None: file order
+    doc_idx = rows_to_ranking(run_q, run_docs, scores, n_q, tie=tie).doc_idx
+    return query_ids.to_pylist(), doc_idx, qrels, n_unjudged
+
+
+def doc_vocab(qrels_docs: pa.Array, run_docs: pa.Array, tie_break: str = "file_order") -> pa.Array:
+    """One document vocabulary for the qrels' and the run's document ids (``rank_run``'s
+    document indices); sorted when ids break ties (byte order = strcmp)."""
+    vocab = pc.unique(pa.concat_arrays([qrels_docs, run_docs]))
+    if tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS) == "docid_desc":
+        vocab = pc.take(vocab, pc.array_sort_indices(vocab))
+    return vocab
+
+
+def _index_in(values: pa.Array, value_set: pa.Array) -> NDArray[np.int64]:
+    """Position of each value in ``value_set`` (-1 when absent)."""
+    found = pc.index_in(values, value_set=value_set)
+    return to_numpy(found, fill=-1).astype(np.int64)  # formats.to_numpy: no pandas import
+
+
+def score_files(
+    qrels_path: str,
+    run_path: str,
+    k_max: int,
+    gain: str = "exp",
+    relevance_level: int = 1,
+    tie_break: str = "file_order",
+    judged_only: bool = False,
+) -> Scored:
+    """Read, rank and evaluate; InputError for bad files (see the module docstring for K)."""
+    qrels_file = read_qrels(qrels_path)
+    run = read_run(run_path)
+    query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
+    try:
+        check_gain_overflow(qrels, len(query_ids), gain)  # type: ignore[arg-type]
+    except ValueError as err:
+        top = int(np.maximum(qrels.grade, 0).max())
+        path = require_file(qrels_path, "qrels")
+        raise InputError(str(err), path, grade_line(path, min(top, EXP_GAIN_LIMIT))) from None
+    k_eval = min(k_max, computed_depth(doc_idx, qrels))
+    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain, relevance_level=relevance_level,  # type: ignore[arg-type]
+                          judged_only=judged_only)
+    qrels_docs, run_docs = qrels_file.doc, run.doc_dict  # not the whole files: the vocabulary is made on demand
+    return Scored(query_ids, evaluation, unjudged, k_max, doc_idx, qrels,
+                  lambda: doc_vocab(qrels_docs, run_docs, tie_break))
+
+
+def computed_depth(doc_idx: NDArray[np.int64], qrels: Qrels) -> int:
+    """The K beyond which only precision changes: the run's depth or the most judged
+    documents with a positive grade of any query (the ideal DCG grows until then)."""
+    positive = qrels.grade > 0
+    most_judged = int(np.bincount(qrels.query_idx[positive]).max()) if positive.any() else 0
+    return max(1, doc_idx.shape[1], most_judged)

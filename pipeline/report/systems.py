@@ -1,0 +1,295 @@
+"""The systems a comparison reads: each one's per-query scores and where they came from.
+
+A system is a job's folder (or its ``results/``), every job of a sweep folder, a TREC run
+file scored against qrels (``pipeline.io.scored``), an MLflow job run, every job of a
+sweep's parent run, or the runs of an MLflow experiment. Only the evaluated queries (at
+least one relevant document) are kept; :func:`load_systems` gives the systems unique names.
+Bad input is an ``InputError`` naming the file (and line) that holds it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from pipeline import tracking
+from pipeline.errors import InputError
+from pipeline.io import results as res
+from pipeline.io.scored import score_files
+from pipeline.metrics import FAMILY, FULL_DEPTH, parse_key
+from pipeline.report.per_query import read_per_query
+
+#: nDCG@10 (the project's objective, graded), recall@10 (did the evidence reach a 10-chunk
+#: context: what a RAG generator needs) and MRR (where the first relevant chunk is). Few on
+#: purpose: every metric adds (systems - 1) comparisons to the Holm family.
+DEFAULT_METRICS = ("ndcg_at_10", "recall_at_10", "mrr")
+DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
+#: Override keys that never are factors of an experiment (where and whether things are written).
+NOT_FACTORS = ("paths", "tracking", "hydra", "cache_dir")
+
+
+def is_factor(key: str) -> bool:
+    """Whether override ``key`` can be a factor of an experiment (not a path or a store)."""
+    return key.split(".", 1)[0] not in NOT_FACTORS
+
+
+@dataclass
+class System:
+    """One system's per-query scores and where they came from.
+
+    ``scores[metric]`` maps each evaluated query id to its value. ``spec`` is the command
+    line argument it came from (a sweep gives several systems the same spec); ``source`` is
+    the file (or ``mlflow:RUN_ID``) that errors name.
+    """
+
+    name: str
+    kind: str  # job | trec | mlflow
+    spec: str
+    source: str
+    scores: dict[str, dict[str, float]]
+    run_name: str
+    run_id: str | None = None
+    folder: str | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    sweep: str | None = None  # sweep id (folder) or parent run id (MLflow)
+    sweep_parent_run: str | None = None  # the sweep's parent run in ``sweep_store``
+    sweep_store: str | None = None
+    dataset: str | None = None  # the collection's digest, when known
+
+    def describe(self) -> dict[str, Any]:
+        """The system as the JSON report lists it (no scores: those are in ``per_query``)."""
+        return {
+            "name": self.name, "kind": self.kind, "spec": self.spec, "source": self.source,
+            "run_name": self.run_name, "run_id": self.run_id, "folder": self.folder,
+            "overrides": self.overrides, "sweep": self.sweep, "dataset_digest": self.dataset,
+            "n_queries": len(next(iter(self.scores.values()), {})),
+        }
+
+
+def parse_overrides(text: str) -> dict[str, str]:
+    """``"retriever.k1=0.5 k=3"`` (the ``hydra_overrides`` tag) -> ``{"retriever.k1": "0.5", "k": "3"}``.
+
+    Hydra's escapes (``sqlite\\:///x``) and quotes are undone; ``+``/``++``/``~`` prefixes dropped."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        tokens = text.split()
+    out: dict[str, str] = {}
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        if sep:
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def check_metrics(metrics: Sequence[str]) -> list[str]:
+    """The metric keys, each checked and once, in order; InputError (``--metric``) otherwise."""
+    if not metrics:
+        raise InputError("no metric to compare", "--metric")
+    out = []
+    for metric in metrics:
+        try:
+            parse_key(metric)
+        except ValueError as err:
+            raise InputError(str(err), "--metric") from None
+        if metric not in out:
+            out.append(metric)
+    return out
+
+
+# --------------------------------------------------------------------------- one system
+
+
+def _job_results(path: Path) -> Path | None:
+    """The results folder when ``path`` is a job's folder or its results folder."""
+    if (path / res.RECORD).is_file() or (path.name == res.RESULTS and (path / "per_query.csv").is_file()):
+        return path
+    if (path / res.RESULTS / res.RECORD).is_file():
+        return path / res.RESULTS
+    return None
+
+
+def load_system(folder: str | Path, metrics: Sequence[str] = DEFAULT_METRICS, *, spec: str | None = None,
+                sweep_dir: Path | None = None) -> System:
+    """One job: its folder (holding ``results/``) or its ``results/`` folder."""
+    path = Path(folder)
+    results = _job_results(path)
+    if results is None:
+        raise InputError("not a job folder (no results/record.json)", path)
+    metrics = check_metrics(metrics)
+    record = res.read_record(results)
+    scores = read_per_query(results / "per_query.csv", metrics)
+    sweep = record.get("sweep") or {}
+    system = System(
+        name=str(record["run_name"]), kind="job", spec=spec or str(folder), source=str(results / "per_query.csv"),
+        scores=scores, run_name=str(record["run_name"]), folder=str(results.parent),
+        overrides=parse_overrides(record["tags"].get("hydra_overrides", "")),
+        params={str(k): str(v) for k, v in record["params"].items()},
+        tags={str(k): str(v) for k, v in record["tags"].items()},
+        sweep=sweep.get("sweep_id"), dataset=(record.get("dataset") or {}).get("digest"),
+    )
+    marker = res.read_marker(results)
+    if marker:
+        system.run_id = marker["run_id"]
+    if sweep_dir is not None:
+        info = tracking.read_sweep_file(sweep_dir)  # a JSON file: no MLflow store is opened
+        system.sweep = system.sweep or info.get("sweep_id") or str(sweep_dir)
+        system.sweep_parent_run, system.sweep_store = info.get("parent_run_id"), info.get("uri")
+    return system
+
+
+def _load_trec(path: Path, metrics: Sequence[str], qrels: str | None, gain: str, relevance_level: int,
+               spec: str) -> System:
+    """A TREC run file scored against ``qrels``: the ranking metrics only (no placed context)."""
+    if qrels is None:
+        raise InputError("a TREC run file needs --qrels (or pass a job's folder)", path)
+    parsed = [parse_key(m) for m in metrics]
+    for metric, (family, _) in zip(metrics, parsed):
+        if family not in FULL_DEPTH and FAMILY[family].stage != "ranking":
+            raise InputError(f"{metric} needs the placed context: a run file has only the ranking", "--metric")
+    k_max = max([k for _, k in parsed if k is not None] or [1])
+    try:
+        scored = score_files(str(qrels), str(path), k_max, gain, relevance_level)
+    except ValueError as err:
+        raise InputError(str(err), path) from err
+    ev = scored.evaluation
+    keep = np.asarray(ev.evaluated, dtype=bool)
+    ids = [q for q, k in zip(scored.query_ids, keep) if k]
+    scores: dict[str, dict[str, float]] = {}
+    for metric, (family, k) in zip(metrics, parsed):
+        values = ev.full[metric] if k is None else ev.values(family)[:, k - 1]
+        scores[metric] = dict(zip(ids, np.asarray(values, np.float64)[keep].tolist()))
+    return System(name=path.stem, kind="trec", spec=spec, source=str(path), scores=scores, run_name=path.stem,
+                  folder=str(path.parent))
+
+
+def _load_mlflow_runs(runs: Sequence[Mapping[str, Any]], metrics: Sequence[str], settings: Any, spec: str,
+                      sweep: str | None = None) -> list[System]:
+    """MLflow runs, each read from its ``per_query.csv`` artifact (downloaded, then dropped)."""
+    systems = []
+    with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
+        for run in runs:
+            source = f"mlflow:{run['run_id']}"
+            local = tracking.download_artifact(settings, run["run_id"], "per_query.csv", Path(tmp) / run["run_id"])
+            tags = run["tags"]
+            systems.append(System(
+                name=run["run_name"], kind="mlflow", spec=spec, source=source,
+                scores=read_per_query(local, metrics, source=f"{source}/per_query.csv"),
+                run_name=run["run_name"], run_id=run["run_id"],
+                overrides=parse_overrides(tags.get("hydra_overrides", "")), params=run["params"], tags=tags,
+                sweep=sweep or tags.get("sweep_id"),
+                sweep_parent_run=run.get("parent_run_id") if sweep else None,
+                sweep_store=str(settings.uri) if sweep else None,
+            ))
+    return systems
+
+
+# --------------------------------------------------------------------------- every system
+
+
+def _from_mlflow(spec: str, metrics: Sequence[str], settings: Any, experiment_filter: str) -> list[System]:
+    """``mlflow:RUN_ID`` (a job run, or a sweep's parent: all its jobs) or
+    ``mlflow-experiment:NAME[:FILTER]`` (its finished runs)."""
+    if spec.startswith("mlflow:"):
+        run_id = spec[len("mlflow:"):].strip()
+        if not run_id:
+            raise InputError("mlflow: needs a run id (mlflow:RUN_ID)", spec)
+        run = tracking.get_run_info(settings, run_id)
+        if not run["is_sweep_parent"]:
+            return _load_mlflow_runs([run], metrics, settings, spec)
+        children = tracking.child_runs(settings, run_id)
+        if not children:
+            raise InputError("the sweep's parent run has no finished job runs", spec)
+        return _load_mlflow_runs(children, metrics, settings, spec, sweep=run_id)
+    name, _, inline = spec[len("mlflow-experiment:"):].partition(":")
+    filters = " and ".join(f for f in (inline.strip(), experiment_filter.strip()) if f)
+    runs = tracking.experiment_runs(settings, name, filters)
+    if not runs:
+        raise InputError(f"no finished runs match {filters!r}" if filters else "no finished runs", spec)
+    return _load_mlflow_runs(runs, metrics, settings, spec)
+
+
+def _from_path(spec: str, metrics: Sequence[str], qrels: str | None, gain: str,
+               relevance_level: int) -> list[System]:
+    """A ``per_query.csv``, a TREC run file, a job's folder, or a folder of jobs (a sweep)."""
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise InputError("no such file or folder", spec)
+    if path.is_file():
+        if path.name == "per_query.csv":
+            return [load_system(path.parent, metrics, spec=spec)]
+        return [_load_trec(path, metrics, qrels, gain, relevance_level, spec)]
+    if _job_results(path) is not None:
+        return [load_system(path, metrics, spec=spec)]
+    found = res.find_results([path])
+    if not found:
+        raise InputError("no job results (results/record.json) in this folder", path)
+    sweep_dir = path if (path / res.SWEEP_FILE).is_file() else None
+    return [load_system(r, metrics, spec=spec, sweep_dir=sweep_dir) for r in found]
+
+
+def load_systems(
+    specs: Sequence[str],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    qrels: str | None = None,
+    tracking_uri: str | None = None,
+    experiment_filter: str = "",
+    gain: str = "exp",
+    relevance_level: int = 1,
+) -> list[System]:
+    """Every system the command line names, in order, with unique names (see :func:`name_systems`).
+
+    A sweep (folder or MLflow parent run) or an experiment expands to all its jobs."""
+    metrics = check_metrics(metrics)
+    systems: list[System] = []
+    settings = None
+    for spec in specs:
+        if spec.startswith(("mlflow:", "mlflow-experiment:")):
+            settings = settings or tracking.StoreSettings(uri=tracking_uri or DEFAULT_TRACKING_URI)
+            systems += _from_mlflow(spec, metrics, settings, experiment_filter)
+        else:
+            systems += _from_path(spec, metrics, qrels, gain, relevance_level)
+    name_systems(systems)
+    return systems
+
+
+def name_systems(systems: list[System]) -> None:
+    """Make names unique: a duplicate run name gets the overrides that tell its group apart
+    (``bm25-none-k10 [retriever.k1=0.5]``), else its folder or run id, else a number."""
+    groups: dict[str, list[System]] = {}
+    for s in systems:
+        groups.setdefault(s.name, []).append(s)
+    for name, group in groups.items():
+        if len(group) < 2:
+            continue
+        keys = list(dict.fromkeys(k for s in group for k in s.overrides if is_factor(k)))  # command-line order
+        varying = [k for k in keys if len({s.overrides.get(k) for s in group}) > 1]
+        labels = [" ".join(f"{k}={s.overrides[k]}" for k in varying if k in s.overrides) for s in group]
+        if len(set(labels)) < len(group) or not all(labels):
+            labels = [_where(s) for s in group]
+        if len(set(labels)) < len(group):
+            labels = [f"{label} #{i}" for i, label in enumerate(labels, start=1)]
+        for s, label in zip(group, labels):
+            s.name = f"{name} [{label}]"
+    counts = Counter(s.name for s in systems)  # a new name may equal another system's name
+    for s in systems:
+        if counts[s.name] > 1:
+            s.name = f"{s.name} ({s.source})"
+
+
+def _where(s: System) -> str:
+    """A short label of where a system came from: its run id, its run file's folder, its folder."""
+    if s.kind == "mlflow" and s.run_id:
+        return s.run_id[:8]
+    if s.kind == "trec":
+        return str(Path(s.source).parent.name or s.source)
+    return Path(s.folder or s.source).name
