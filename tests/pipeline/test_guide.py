@@ -1,9 +1,11 @@
-"""What a newcomer meets after a run: names that survive MLflow's truncated name column, a
-description on every run, the model-training experiment kind, and a console that says where
-to look next (no ANSI codes when stdout is not a terminal)."""
+"""What a newcomer meets: a README that is a short guide whose commands, links and sample
+output are true; names that survive MLflow's truncated name column; a description on every
+run; the model-training experiment kind; and a console that says where to look next (no
+ANSI codes when stdout is not a terminal)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -13,20 +15,40 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.io import results as res
 from pipeline import tracking
-from pipeline.job import JobContext, _run_name
+from pipeline.io import results as res
+from pipeline.metrics import parse_key
+from pipeline.naming import run_name
 
 REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+#: The pages a reader follows from the README.
+GUIDE_PAGES = [README, REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 NAMES = {"retriever": "bm25", "reorder": "none", "attention": "liu2023"}
 #: MLflow's runs table shows about this many characters of a name before cutting it.
 VISIBLE = 24
+#: The README is a guide; details live in docs/ (issue "Docs as a user reads them").
+README_MAX_LINES = 350
+SETUP = ['pip install -e ".[test]" && python -m pipeline', "python -m pytest -q -n 2 --dist loadfile"]
+QUICK_SUBSET = 'python -m pytest -q -n 2 --dist loadfile -m "not slow"'
 
 
 def _name(k: int = 10, overrides: tuple[str, ...] = (), swept: str = "", searched: tuple[str, ...] = (),
           **names: str) -> str:
-    ctx = JobContext(Path("job"), list(overrides), searched=list(searched))
-    return _run_name({**NAMES, **names}, k, ctx, {"sweep_id": "s", "swept": swept} if swept else None)
+    return run_name({**NAMES, **names}, k, list(overrides), {}, swept.split(), list(searched))
+
+
+def _readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _section(text: str, title: str) -> str:
+    """The body of the README section ``## title`` (up to the next ``## ``)."""
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
 
 
 def test_names_put_what_a_sweep_varies_first_and_every_non_default_choice():
@@ -42,6 +64,165 @@ def test_names_put_what_a_sweep_varies_first_and_every_non_default_choice():
     # An Optuna trial: the sampled values first, then the rest.
     trial = _name(overrides=("retriever.k1=1.53412", "retriever.b=0.3"), searched=("retriever.k1", "retriever.b"))
     assert trial == "k1=1.534 b=0.3 bm25 k10"
+
+
+def test_the_readme_names_runs_as_the_code_names_them():
+    """README, "Where to look in MLflow": a single job and a sweep over k and reorder."""
+    text = _readme()
+    single, swept = _name(), _name(3, ("k=3", "reorder=lost_in_the_middle"), swept="k reorder",
+                                   reorder="lost_in_the_middle")
+    assert (single, swept) == ("bm25 k10", "k3 litm bm25")
+    assert f"`{single}`" in text and f"`{swept}`" in text
+
+
+# ----------------------------------------------------------------------------- the README as a guide
+
+
+def test_the_readme_is_a_guide_not_a_diary():
+    text = _readme()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    # The issue's outline, in this order; each feature is one paragraph and a link to its page.
+    titles = re.findall(r"^## (.+)$", text, re.M)
+    outline = ["Set up", "Quick start", "Reading your results", "Your own data", "Sweeps", "Judging your own corpus",
+               "Chunking and token budgets", "Scoring any run file", "Comparing systems", "Scaling out"]
+    assert [t for t in titles if t in outline] == outline
+    pages = {"Sweeps": "docs/sweeps.md", "Judging your own corpus": "docs/judging.md",
+             "Chunking and token budgets": "docs/chunking.md", "Scoring any run file": "docs/scoring.md",
+             "Comparing systems": "docs/comparing.md", "Scaling out": "docs/scaling.md"}
+    for title, page in pages.items():
+        assert f"]({page})" in _section(text, title), title
+    # No benchmark diary or test-timing history: performance numbers live in benchmarks/README.md.
+    assert not re.search(r"(?<!/)\b20\d\d-\d\d-\d\d\b", text), "a dated entry in the README"  # (paths aside)
+    assert "## Performance" not in text and "benchmarks/README.md" in text
+    for gone in ("tracking process", "--stop", "PIPELINE_TRACKER_IDLE_S", "figure process"):
+        assert gone not in text, gone
+
+
+def test_the_setup_commands_are_the_two_that_ci_runs():
+    block = _code_blocks(_section(_readme(), "Set up"))[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == SETUP
+    ci = (REPO / ".ci" / "run").read_text()
+    assert SETUP[1] in ci.splitlines()  # CI runs exactly README's test command
+    installs = [line.strip() for line in ci.splitlines() if line.strip().startswith("pip install")]
+    assert [i.replace(" -q", "") for i in installs] == [SETUP[0].split(" && ")[0]]
+    # The quick subset is documented, and "slow" is a registered marker.
+    assert QUICK_SUBSET in _section(_readme(), "Set up")
+    assert '"slow:' in (REPO / "pyproject.toml").read_text()
+
+
+def _commands(text: str) -> list[str]:
+    """Every shell command line in the code blocks of ``text`` (continuations joined)."""
+    lines = []
+    for block in _code_blocks(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line.startswith(("python ", "mlflow ")):
+                lines.append(line)
+    return lines
+
+
+def test_the_readme_commands_name_modules_and_options_that_exist():
+    commands = _commands(_readme())
+    assert len(commands) >= 15
+    groups = {p.name for p in (REPO / "conf").iterdir() if p.is_dir()} | {"hydra/launcher"}
+    checked = 0
+    for command in commands:
+        module = re.match(r"python -m ([\w.]+)", command)
+        if module:
+            assert importlib.util.find_spec(module[1]) is not None, command
+        for group, values in re.findall(r"(?<![\w.])([a-z_]+(?:/[a-z_]+)?)=([\w,]+)", command):
+            if group not in groups:
+                continue
+            folder = REPO / "conf" / group if group != "hydra/launcher" else REPO / "conf" / "hydra" / "launcher"
+            for value in values.split(","):
+                known = (folder / f"{value}.yaml").exists() or (group == "hydra/launcher" and value in (
+                    "basic", "joblib", "submitit_local", "submitit_slurm"))
+                assert known, f"{group}={value} in: {command}"
+                checked += 1
+    assert checked >= 15
+
+
+def test_the_recommended_objectives_are_metrics():
+    table = _readme().split("**Which objective for which sweep.**", 1)[1].split("\n\n**", 1)[0]
+    named = set(re.findall(r"`([a-z_]+_at_K)`", table)) | set(re.findall(r"`(ndcg_at_10)`", table))
+    assert {"ndcg_at_10", "recall_at_K", "context_utility_at_K", "context_recall_at_K"} <= named
+    for key in named:
+        family, k = parse_key(key.replace("_at_K", "_at_5"))
+        assert k in (5, 10) and key.startswith(family)
+
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(page: Path) -> str:
+    """A markdown page without its code blocks."""
+    return re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces -> '-'."""
+    found = set()
+    for title in re.findall(r"^#{1,6} (.+)$", _prose(page), re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def broken_links(pages: list[Path], root: Path = REPO) -> list[str]:
+    """Every relative link of ``pages`` whose file (or heading anchor) does not exist, as
+    ``page: target (why)`` with the page relative to ``root``."""
+    broken = []
+    for page in pages:
+        for target in _LINK.findall(_prose(page)):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                broken.append(f"{page.relative_to(root)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                broken.append(f"{page.relative_to(root)}: {target} (no such heading)")
+    return broken
+
+
+def test_every_relative_link_of_the_guide_points_to_a_file_that_exists():
+    assert len(GUIDE_PAGES) >= 12
+    assert broken_links(GUIDE_PAGES) == []
+
+
+def test_the_link_check_finds_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n[ok](page.md#title) [gone](missing.md) [bad](page.md#nope) [web](https://x.org/a)\n")
+    assert broken_links([page], tmp_path) == ["page.md: missing.md (no such file)",
+                                              "page.md: page.md#nope (no such heading)"]
+
+
+def test_the_readme_sample_output_is_what_the_job_prints(tmp_path):
+    """README, "Quick start": the bundled sample with BM25 at k = 10, and the sweep's "best:"
+    line, whose four jobs all rank the same documents as this job (same ranking, same seed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path / 'out'}",
+         f"hydra.run.dir={tmp_path / 'job'}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = _code_blocks(_section(_readme(), "Quick start"))[1].splitlines()
+    printed = proc.stdout.splitlines()
+    first = printed.index(shown[0])  # the summary line, word for word
+    metric_lines = [line for line in shown if line.startswith("  ")]
+    assert len(metric_lines) == 10
+    assert printed[first + 1:first + 1 + len(metric_lines)] == metric_lines
+    warning = [line for line in shown if line.startswith("warning:")]
+    assert warning and warning[0] in printed
+
+    metrics = json.loads((tmp_path / "job" / "results" / "metrics.json").read_text())["metrics"]
+    sweep_out = _code_blocks(_section(_readme(), "Sweeps"))[1]
+    best = re.search(r"ndcg_at_10 (\S+) \[95% CI (\S+), (\S+)\]", sweep_out)
+    assert best, sweep_out
+    assert [float(v) for v in best.groups()] == pytest.approx(
+        [metrics["ndcg_at_10"], metrics["ndcg_at_10_ci_low"], metrics["ndcg_at_10_ci_high"]], abs=5e-5)
 
 
 def test_an_experiment_made_by_an_older_version_gets_the_model_training_kind(store):
