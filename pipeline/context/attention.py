@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 # Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts" (TACL 2024,
 # arXiv:2307.03172), multi-document QA with 20 total retrieved documents, GPT-3.5-Turbo
 # (0613): accuracy by position of the answer document (Table 6, Appendix G; Figure 5).
-# 75.8 / 53.8 / 63.2 at positions 1 / 10 / 20 are the numbers quoted in the README ("Metric definitions");
+# 75.8 / 53.8 / 63.2 at positions 1 / 10 / 20 are the numbers quoted in docs/metrics.md ("Context placement");
 # 57.2 / 55.4 at positions 5 / 15 are the same table's, as reproduced in a structured
 # summary of the paper (TACL 2024 vol. 12 pp. 157-173).
 LIU2023_POSITIONS: NDArray[np.float64] = np.array([1.0, 5.0, 10.0, 15.0, 20.0])
@@ -60,7 +60,7 @@ def liu2023(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float6
     Source: Liu et al. 2023, "Lost in the Middle" (TACL 2024), multi-document QA with 20
     documents, GPT-3.5-Turbo, accuracy with the answer document at position 1, 5, 10, 15, 20:
     75.8%, 57.2%, 53.8%, 55.4%, 63.2% (Table 6, Appendix G; positions 1, 10, 20 are the ones
-    quoted in the README, "Metric definitions").
+    quoted in docs/metrics.md, "Context placement").
 
     Slot i of k maps to paper position p(i) = 1 + 19 (i - 1) / (k - 1) (k = 1: p = 1), and
     the weight is the accuracy interpolated linearly between the five measured positions

@@ -5,7 +5,7 @@ A computing module (numpy and the standard library only; tokenizers and chunking
 are called by ``pipeline.chunkers``, which hands this module plain arrays). Bad values raise
 ``ValueError``.
 
-Conventions (README, "Chunking and token budgets"; the definition card):
+Conventions (docs/metrics.md, "Chunked and budgeted runs"; the definition card):
 
 - A chunk is a character span ``[start, end)`` of one document; ``doc_of_chunk[c]`` is the
   index of its document. Chunks of a document are numbered 0, 1, ... in text order, and the

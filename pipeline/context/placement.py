@@ -7,7 +7,7 @@ attention curve over the k slots (see ``pipeline.context.attention``); only ``at
 reads it.
 
 ``place`` applies a strategy to a ranking; ``context_utility`` scores the placed order
-under an attention curve (README, "Metric definitions": context utility).
+under an attention curve (docs/metrics.md, "Context placement": context utility).
 Retrieval metrics are computed on the ranking before placement; placement only permutes
 the top K, so counts of relevant chunks (precision, recall) are unchanged by it.
 
@@ -164,7 +164,7 @@ def context_utility(
     grade of the query and w_K^(j) the j-th largest weight (the best documents in the best
     slots, the maximum any placement of any ranking can reach). 0 when the denominator is 0
     (no judged grade above 0). gain: "exp" = 2^rel - 1, "linear" = rel.
-    (README, "Metric definitions": context utility.)
+    (docs/metrics.md, "Context placement": context utility.)
 
     ``grades`` [n_queries, depth]: grade of the retrieved document at each rank (0 for
     unjudged or nothing, already clipped >= 0); ``ideal`` [n_queries, >= k_max]: all judged

@@ -1,6 +1,6 @@
 """Exact, vectorized IR metrics for every cut-off K = 1..k_max in one pass.
 
-The definition card (README "Metric definitions") in code. Inputs are arrays: a ranking
+The definition card (docs/metrics.md) in code. Inputs are arrays: a ranking
 ``doc_idx`` [n_queries, depth] (-1 = nothing retrieved there) and :class:`Qrels`; ``evaluate``
 builds the (queries x depth) grade matrix once, and every metric at every K is then a
 cumulative sum or a division away. No per-query Python loops, no rounding. A computing

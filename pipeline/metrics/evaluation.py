@@ -1,11 +1,11 @@
 """Every metric of the definition card at every cut-off K = 1..k_max, in one vectorized pass.
 
-The definition card (README "Metric definitions") in code. Inputs are arrays: a ranking ``doc_idx``
+The definition card (docs/metrics.md) in code. Inputs are arrays: a ranking ``doc_idx``
 [n_queries, depth] (-1 = nothing retrieved there) and :class:`Qrels`. We build the
 (queries x depth) grade matrix once with a sorted-key lookup, and every metric at every K
 is then a cumulative sum or a division away. No per-query Python loops, no rounding.
 
-Conventions shared by every metric (and written in the README):
+Conventions shared by every metric (and written in docs/metrics.md):
 
 - Grades are the integers of the qrels; unjudged documents and empty slots have grade 0;
   negative grades count as 0. A document is relevant when grade >= ``relevance_level``

@@ -1,4 +1,4 @@
-"""benchmarks/ann.py: the measurements behind README's "no approximate index pays off on
+"""benchmarks/ann.py: the measurements behind benchmarks/README.md's "no approximate index pays off on
 random vectors" (small sizes; the timings are not asserted, the recalls are)."""
 
 from __future__ import annotations
