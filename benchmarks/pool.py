@@ -61,12 +61,8 @@ def simulate(folder: Path, n_q: int, n_runs: int, depth: int, n_docs: int, seed:
 
 
 def rankings(collection: Collection, paths: list[Path], depth: int) -> list[np.ndarray]:
-    """What ``--run`` does for each file (``pipeline.judging.pool.run_file_ranking``)."""
-    import pandas as pd
-
-    docs = pd.Index(np.asarray(collection.doc_ids, dtype=object))
-    queries = pd.Index(np.asarray(collection.query_ids, dtype=object))
-    return [pl.run_file_ranking(path, queries, docs, depth) for path in paths]
+    """What ``--run`` does for each file (``pipeline.judging.pool.run_file_rankings``)."""
+    return pl.run_file_rankings(paths, collection, depth)
 
 
 def check_same_as_run_file_retriever(collection: Collection, paths: list[Path], depth: int) -> bool:

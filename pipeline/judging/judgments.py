@@ -1,9 +1,7 @@
-"""Label Studio export -> TREC qrels and inter-annotator agreement: ``python -m pipeline.judgments``.
+"""Label Studio export -> TREC qrels and inter-annotator agreement (the library of
+``python -m pipeline.judgments``).
 
-    python -m pipeline.judgments EXPORT.json [--out DIR] [--rule median|majority|max]
-        [--relevance-level 1] [--choices grade]
-
-EXPORT.json is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with
+The export is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with
 ``data`` and ``annotations``) of a project made by ``pipeline.pool``: every task's ``data``
 has ``query_id`` and ``doc_id``, and the grade is the exported value of the ``<Choices
 name="grade">`` (the digit ``0``-``3``; a value such as ``"2: gives useful background"`` is
@@ -12,7 +10,8 @@ else ``user<id>``. Cancelled (skipped) annotations and annotations without a gra
 counted and left out; when one annotator graded the same (query, document) more than once
 the annotation with the highest id (the latest) counts.
 
-Written to ``--out`` (default: the export's folder / ``<export name>.judgments``):
+Written by :func:`write_outputs` (the command's ``--out``; default: the export's folder /
+``<export name>.judgments``):
 
 - ``qrels.<annotator>.txt``: one TREC qrels per annotator (``qid 0 docid grade``);
 - ``qrels.consensus.txt``: one grade per judged (query, document), by ``--rule`` over the
@@ -39,11 +38,9 @@ and ``python -m pipeline.score``. A malformed export stops with one line (exit s
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,6 +49,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
+from pipeline.io.formats import check_writable_id
+from pipeline.io.results import atomic_open
 
 RULES = ("median", "majority", "max")
 
@@ -93,9 +92,8 @@ def _annotator(annotation: dict[str, Any]) -> str:
     return f"user{who}"
 
 
-def read_export(path: str | Path, choices: str = "grade") -> Judgments:
-    """Parse a Label Studio JSON export (the module docstring); InputError on anything malformed."""
-    path = Path(path)
+def _load_tasks(path: Path) -> list[Any]:
+    """The export's list of tasks; InputError when it is missing, not JSON or not a list."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -111,43 +109,63 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
     if not isinstance(tasks, list):
         raise InputError("not a Label Studio JSON export: expected a list of tasks "
                          f"(exportType=JSON), found a JSON {type(tasks).__name__}", path)
-    grades: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}
+    return tasks
+
+
+def _task_item(task: Any, where: str, path: Path) -> tuple[tuple[str, str], list[Any]]:
+    """((query id, document id), annotations) of one task; InputError when malformed."""
+    if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
+        raise InputError(f"{where}: not a task object with a 'data' object", path)
+    data = task["data"]
+    for key in ("query_id", "doc_id"):
+        if not isinstance(data.get(key), (str, int)) or not str(data.get(key)).strip():
+            raise InputError(f"{where}: data has no {key!r} (was the project made by pipeline.pool?)", path)
+    annotations = task.get("annotations", [])
+    if not isinstance(annotations, list):
+        raise InputError(f"{where}: 'annotations' is not a list", path)
+    return (str(data["query_id"]).strip(), str(data["doc_id"]).strip()), annotations
+
+
+def _annotation_grade(annotation: Any, where: str, choices: str, path: Path, report: dict[str, int]) -> int | None:
+    """The grade an annotation gives, or None when it was cancelled or has none (counted in
+    ``report``); InputError when malformed."""
+    if not isinstance(annotation, dict):
+        raise InputError(f"{where}: an annotation is not an object", path)
+    report["annotations"] += 1
+    if annotation.get("was_cancelled"):
+        report["cancelled"] += 1
+        return None
+    results = annotation.get("result") or []
+    if not isinstance(results, list):
+        raise InputError(f"{where}: an annotation's 'result' is not a list", path)
+    values = [r.get("value", {}).get("choices") for r in results
+              if isinstance(r, dict) and r.get("from_name") == choices and isinstance(r.get("value"), dict)]
+    values = [v for v in values if v]
+    if not values:
+        report["without_grade"] += 1
+        return None
+    if not isinstance(values[0], list) or len(values[0]) != 1:
+        raise InputError(f"{where}: expected one choice in {choices!r}, found {values[0]!r}", path)
+    return _grade(values[0][0], where, path)
+
+
+def read_export(path: str | Path, choices: str = "grade") -> Judgments:
+    """Parse a Label Studio JSON export (the module docstring); InputError on anything malformed."""
+    path = Path(path)
+    tasks = _load_tasks(path)
+    grades: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}  # annotator -> item -> (order, grade)
     queries: dict[str, str] = {}
     report = dict.fromkeys(("tasks", "annotations", "cancelled", "without_grade", "regraded"), 0)
     for i, task in enumerate(tasks):
         where = f"task {i + 1}" + (f" (id {task.get('id')})" if isinstance(task, dict) and "id" in task else "")
-        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
-            raise InputError(f"{where}: not a task object with a 'data' object", path)
-        data = task["data"]
-        for key in ("query_id", "doc_id"):
-            if not isinstance(data.get(key), (str, int)) or not str(data.get(key)).strip():
-                raise InputError(f"{where}: data has no {key!r} (was the project made by pipeline.pool?)", path)
-        item = (str(data["query_id"]).strip(), str(data["doc_id"]).strip())
-        if isinstance(data.get("query"), str):
-            queries.setdefault(item[0], data["query"])
-        annotations = task.get("annotations", [])
-        if not isinstance(annotations, list):
-            raise InputError(f"{where}: 'annotations' is not a list", path)
+        item, annotations = _task_item(task, where, path)
+        if isinstance(task["data"].get("query"), str):
+            queries.setdefault(item[0], task["data"]["query"])
         report["tasks"] += 1
         for annotation in annotations:
-            if not isinstance(annotation, dict):
-                raise InputError(f"{where}: an annotation is not an object", path)
-            report["annotations"] += 1
-            if annotation.get("was_cancelled"):
-                report["cancelled"] += 1
+            grade = _annotation_grade(annotation, where, choices, path, report)
+            if grade is None:
                 continue
-            results = annotation.get("result") or []
-            if not isinstance(results, list):
-                raise InputError(f"{where}: an annotation's 'result' is not a list", path)
-            values = [r.get("value", {}).get("choices") for r in results
-                      if isinstance(r, dict) and r.get("from_name") == choices and isinstance(r.get("value"), dict)]
-            values = [v for v in values if v]
-            if not values:
-                report["without_grade"] += 1
-                continue
-            if not isinstance(values[0], list) or len(values[0]) != 1:
-                raise InputError(f"{where}: expected one choice in {choices!r}, found {values[0]!r}", path)
-            grade = _grade(values[0][0], where, path)
             who = _annotator(annotation)
             order = annotation.get("id") if isinstance(annotation.get("id"), int) else report["annotations"]
             mine = grades.setdefault(who, {})
@@ -292,20 +310,17 @@ def _safe_name(annotator: str) -> str:
 
 
 def _write_qrels(path: Path, grades: dict[tuple[str, str], int]) -> None:
-    from pipeline.io.formats import _check_writable_id
-    from pipeline.io.results import atomic_open
-
     for q, d in grades:
-        _check_writable_id(q, "query", path)
-        _check_writable_id(d, "document", path)
+        check_writable_id(q, "query", path)
+        check_writable_id(d, "document", path)
     sep = "\t" if any(any(c.isspace() for c in q + d) for q, d in grades) else " "
     with atomic_open(path) as fh:
         fh.write("".join(f"{q}{sep}0{sep}{d}{sep}{g}\n" for (q, d), g in sorted(grades.items())))
 
 
 def write_outputs(out: Path, judgments: Judgments, rule: str, relevance_level: int) -> dict[str, Any]:
-    from pipeline.io.results import atomic_open
-
+    """Write every output (the module docstring) into ``out``; returns agreement.json's
+    content plus ``n_disagreements``."""
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     used: set[str] = set()
@@ -332,52 +347,3 @@ def write_outputs(out: Path, judgments: Judgments, rule: str, relevance_level: i
             fh.write("\t".join(re.sub(r"\s+", " ", str(row[c])) for c in columns) + "\n")
     stats["n_disagreements"] = len(rows)
     return stats
-
-
-def _fmt(value: float | None) -> str:
-    return "undefined" if value is None else f"{value:.4f}"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.judgments",
-                                     description="Label Studio JSON export -> TREC qrels and agreement (docs/judging.md).")
-    parser.add_argument("export", help="Label Studio JSON export (exportType=JSON)")
-    parser.add_argument("--out", default=None, help="output folder (default: EXPORT's folder/<name>.judgments)")
-    parser.add_argument("--rule", default="median", help="consensus rule: median (default), majority or max")
-    parser.add_argument("--relevance-level", type=int, default=1, help="grade >= this is relevant (default 1)")
-    parser.add_argument("--choices", default="grade", help="the <Choices name> holding the grade (default grade)")
-    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
-    args = parser.parse_args(argv)
-    try:
-        if args.rule not in RULES:
-            raise InputError(f"--rule must be one of {', '.join(RULES)}, got {args.rule!r}")
-        judgments = read_export(args.export, args.choices)
-        if not judgments.grades:
-            raise InputError("the export has no graded annotations", args.export)
-        export = Path(args.export)
-        out = Path(args.out) if args.out else export.parent / f"{export.stem}.judgments"
-        stats = write_outputs(out, judgments, args.rule, args.relevance_level)
-    except InputError as err:
-        if args.debug:
-            raise
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    r = judgments.report
-    print(f"{r['tasks']} tasks, {r['annotations']} annotations ({r['cancelled']} cancelled, "
-          f"{r['without_grade']} without a grade, {r['regraded']} regraded: latest kept); "
-          f"{stats['n_items']} judged documents, {stats['n_items_multiply_graded']} graded by two or more")
-    for who, n in stats["annotators"].items():
-        print(f"  {who}: {n} grades -> {stats['qrels'][who]}")
-    print(f"consensus ({args.rule}): {stats['consensus']}")
-    print(f"Krippendorff's alpha (ordinal): graded {_fmt(stats['alpha_ordinal'])}, "
-          f"binary at grade >= {args.relevance_level} {_fmt(stats['alpha_ordinal_binary'])}")
-    for pair in stats["pairs"]:
-        print(f"  Cohen's kappa (quadratic) {pair['annotators'][0]} vs {pair['annotators'][1]} on {pair['n_items']} "
-              f"items: graded {_fmt(pair['kappa_quadratic'])}, binary {_fmt(pair['kappa_quadratic_binary'])}")
-    print(f"{stats['n_disagreements']} disagreements, worst first: {out / 'disagreements.tsv'}; "
-          f"agreement: {out / 'agreement.json'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

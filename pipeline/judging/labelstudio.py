@@ -22,6 +22,7 @@ TOKEN_ENV = "LABEL_STUDIO_API_KEY"
 
 
 def token_from_env() -> str:
+    """The API token from ``LABEL_STUDIO_API_KEY``; InputError saying where to get one when unset."""
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         raise InputError(f"--label-studio needs an API token in the environment variable {TOKEN_ENV} "
@@ -30,16 +31,20 @@ def token_from_env() -> str:
 
 
 class Client:
+    """Label Studio's API at ``url``, authenticated by ``token`` (the module docstring)."""
+
     def __init__(self, url: str, token: str, timeout_s: float = 60.0):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         if token.count(".") == 2:  # a personal access token: a JWT refresh token
-            access = self._request("POST", "/api/token/refresh", {"refresh": token}, auth=None)["access"]
+            access = self.request("POST", "/api/token/refresh", {"refresh": token}, auth=None)["access"]
             self.auth = f"Bearer {access}"
         else:
             self.auth = f"Token {token}"
 
-    def _request(self, method: str, path: str, body: Any = None, auth: str | None | bool = True) -> Any:
+    def request(self, method: str, path: str, body: Any = None, auth: str | None | bool = True) -> Any:
+        """One API call: ``body`` sent as JSON, the JSON answer returned (None when empty);
+        an HTTP error or no connection is InputError naming the call. ``auth=None``: no token."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth is True:
             headers["Authorization"] = self.auth
@@ -57,22 +62,24 @@ class Client:
         return json.loads(raw) if raw else None
 
     def create_project(self, title: str, label_config: str) -> int:
-        return int(self._request("POST", "/api/projects", {"title": title, "label_config": label_config})["id"])
+        """Create a project; its id."""
+        return int(self.request("POST", "/api/projects", {"title": title, "label_config": label_config})["id"])
 
     def import_tasks(self, project: int, tasks: list[dict[str, Any]]) -> int:
         """Import tasks (the body of tasks.json); the number Label Studio reports imported."""
-        answer = self._request("POST", f"/api/projects/{project}/import", tasks)
+        answer = self.request("POST", f"/api/projects/{project}/import", tasks)
         return int(answer.get("task_count", len(tasks)))
 
     def tasks(self, project: int) -> list[dict[str, Any]]:
-        answer = self._request("GET", f"/api/tasks?project={project}&page_size=100000")
+        """Every task of the project."""
+        answer = self.request("GET", f"/api/tasks?project={project}&page_size=100000")
         return answer["tasks"] if isinstance(answer, dict) else answer
 
     def annotate(self, task: int, grade: int, choices: str = "grade", to_name: str = "document") -> dict[str, Any]:
         """Post one grade as the token's user."""
         result = [{"from_name": choices, "to_name": to_name, "type": "choices", "value": {"choices": [str(grade)]}}]
-        return self._request("POST", f"/api/tasks/{task}/annotations", {"result": result, "was_cancelled": False})
+        return self.request("POST", f"/api/tasks/{task}/annotations", {"result": result, "was_cancelled": False})
 
     def export(self, project: int) -> list[dict[str, Any]]:
         """The project's JSON export (what the UI's Export > JSON gives)."""
-        return self._request("GET", f"/api/projects/{project}/export?exportType=JSON&download_all_tasks=true")
+        return self.request("GET", f"/api/projects/{project}/export?exportType=JSON&download_all_tasks=true")

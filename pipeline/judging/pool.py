@@ -1,17 +1,4 @@
-"""Depth-d pooling for relevance judging: ``python -m pipeline.pool``.
-
-    python -m pipeline.pool [OVERRIDE ...] [--retriever SPEC ...] [--run RUN.trec ...]
-        [--depth 10] [--max-pool N] [--qrels FILE ...] [--seed 0] [--out DIR]
-        [--label-studio URL] [--title TITLE]
-
-OVERRIDE are Hydra overrides choosing the collection (default ``dataset=sample``), e.g.
-``dataset=beir dataset.path=/data/x`` or, for a corpus without any judgments yet,
-``dataset=trec dataset.qrels=null dataset.queries=q.tsv dataset.corpus=docs.jsonl`` (every
-query of the queries file is then pooled). The runs are retriever configs (``--retriever
-bm25``, or ``--retriever "hybrid retriever.rrf_k=30"``: a config-group option and overrides
-for it; retrieved through ``pipeline.job.retrieve``, so rankings are cached) and/or TREC run
-files (``--run``, mapped onto the corpus like ``retriever=run_file``: score descending, then
-corpus order; documents not in the corpus are skipped and counted).
+"""Depth-d pooling for relevance judging (the library of ``python -m pipeline.pool``).
 
 The pool (TREC's depth-d pooling; Sparck Jones and van Rijsbergen 1975, Voorhees and Harman
 2005), for each query:
@@ -19,28 +6,29 @@ The pool (TREC's depth-d pooling; Sparck Jones and van Rijsbergen 1975, Voorhees
 1. the union of the top ``depth`` documents of every run;
 2. minus the documents already judged for the query (the dataset's qrels and every
    ``--qrels`` file, e.g. an earlier round of judging), so a pool grows as retrievers arrive;
-3. capped at ``--max-pool`` documents: they are ranked by their best rank in any run
+3. capped at ``max_pool`` documents: they are ranked by their best rank in any run
    (then corpus order) and the first N kept, which is pooling at the largest depth that fits
    plus part of the next one;
 4. shuffled: each query's documents are sorted by a hash of the seed, the query id and the
    document id (``shuffle_keys``): an order that depends on nothing else, never on ranks or
    runs, and is the same on every machine.
 
-Nothing written says which run found a document or at what rank. Outputs in ``--out``
-(default ``outputs/pool``): ``pool.tsv`` (header ``query_id<TAB>doc_id``, one line per
-document to judge, in the shuffled order), ``tasks.json`` (Label Studio tasks: ``data``
-holds ``query_id``, ``query``, ``doc_id``, ``document``), ``labeling_config.xml`` (the
-question, the document and a 0-3 grade with hotkeys 0-3) and ``pool.json`` (the settings
-and counts; run names but no per-document provenance). ``--label-studio URL`` also creates
-the project and imports the tasks through the API (token: ``LABEL_STUDIO_API_KEY``).
+Runs are ``doc_idx`` matrices: from retrievers, or from TREC run files mapped onto the
+corpus like ``retriever=run_file`` (:func:`run_file_ranking`: score descending, then corpus
+order; documents not in the corpus are skipped and counted).
+
+Nothing written says which run found a document or at what rank. :func:`write_pool` writes
+``pool.tsv`` (header ``query_id<TAB>doc_id``, one line per document to judge, in the shuffled
+order), ``tasks.json`` (Label Studio tasks: ``data`` holds ``query_id``, ``query``,
+``doc_id``, ``document``), ``labeling_config.xml`` (the question, the document and a 0-3
+grade with hotkeys 0-3) and ``pool.json`` (:func:`pool_summary`: the settings and counts; run
+names but no per-document provenance).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json  # C; escapes non-ASCII, even a lone surrogate
 from pathlib import Path
@@ -52,11 +40,10 @@ import xxhash
 from numpy.typing import NDArray
 
 from pipeline.io.collection import Collection
-from pipeline.errors import InputError
+from pipeline.io.formats import check_writable_id, read_qrels, read_run
+from pipeline.io.results import atomic_open
 
 log = logging.getLogger(__name__)
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 # The grade scale shown to annotators (docs/judging.md); the alias is what Label Studio exports.
 GRADES = (
@@ -78,6 +65,11 @@ class Pool:
     n_candidates: int  # distinct (query, document) pairs in the runs' top depth
     n_judged: int  # of those, already judged (left out)
     n_capped: int  # of the rest, left out by max_pool
+
+    @property
+    def n_queries(self) -> int:
+        """The number of queries with at least one document to judge."""
+        return int(len(np.unique(self.query_idx)))
 
 
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -124,6 +116,31 @@ def pool(
     if max_pool is not None and max_pool < 1:
         raise ValueError(f"max_pool must be >= 1, got {max_pool}")
     n_q, n_d = len(query_ids), len(doc_ids)
+    key, rank = _best_ranks(rankings, n_q, max(n_d, 1), depth)
+    n_candidates = len(key)
+    if judged is not None and len(judged[0]):
+        jq, jd = (np.asarray(a, dtype=np.int64) for a in judged)
+        ok = jd >= 0  # judged documents missing from the corpus cannot be pooled anyway
+        unjudged = ~np.isin(key, jq[ok] * max(n_d, 1) + jd[ok])
+        key, rank = key[unjudged], rank[unjudged]
+    n_judged = n_candidates - len(key)
+    q, d = key // max(n_d, 1), key % max(n_d, 1)
+    n_capped = 0
+    if max_pool is not None and len(key):
+        q, d, n_capped = _cap(q, d, rank, max_pool)
+    # shuffle_keys, computed once per distinct query and document
+    q_unique, q_inverse = np.unique(q, return_inverse=True)
+    d_unique, d_inverse = np.unique(d, return_inverse=True)
+    keys = _mix(_id_hashes([query_ids[i] for i in q_unique.tolist()], seed)[q_inverse],
+                _id_hashes([doc_ids[i] for i in d_unique.tolist()], seed)[d_inverse])
+    order = np.lexsort((keys, q))
+    return Pool(q[order], d[order], n_candidates, n_judged, n_capped)
+
+
+def _best_ranks(rankings: Sequence[NDArray[np.integer]], n_q: int, width: int,
+                depth: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The distinct (query, document) pairs in the top ``depth`` of the rankings, as keys
+    ``query * width + document`` in ascending order, each with its best (0-based) rank."""
     qs, ds, rs = [], [], []
     for ranking in rankings:
         cols = np.asarray(ranking)[:, :depth]
@@ -137,37 +154,24 @@ def pool(
     q = np.concatenate(qs) if qs else np.zeros(0, np.int64)
     d = np.concatenate(ds) if ds else np.zeros(0, np.int64)
     rank = np.concatenate(rs) if rs else np.zeros(0, np.int64)
-    key = q * max(n_d, 1) + d
-    # Distinct pairs, each with its best rank over the runs.
+    key = q * width + d
     order = np.lexsort((rank, key))
     key, rank = key[order], rank[order]
     first = np.ones(len(key), dtype=bool)
     first[1:] = key[1:] != key[:-1]
-    key, rank = key[first], rank[first]
-    n_candidates = len(key)
-    if judged is not None and len(judged[0]):
-        jq, jd = (np.asarray(a, dtype=np.int64) for a in judged)
-        ok = jd >= 0  # judged documents missing from the corpus cannot be pooled anyway
-        unjudged = ~np.isin(key, jq[ok] * max(n_d, 1) + jd[ok])
-        key, rank = key[unjudged], rank[unjudged]
-    n_judged = n_candidates - len(key)
-    q, d = key // max(n_d, 1), key % max(n_d, 1)
-    n_capped = 0
-    if max_pool is not None and len(key):
-        order = np.lexsort((d, rank, q))  # per query: best rank, then corpus order
-        q, d = q[order], d[order]
-        starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-        position = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
-        keep = position < max_pool
-        n_capped = int((~keep).sum())
-        q, d = q[keep], d[keep]
-    # shuffle_keys, computed once per distinct query and document
-    q_unique, q_inverse = np.unique(q, return_inverse=True)
-    d_unique, d_inverse = np.unique(d, return_inverse=True)
-    keys = _mix(_id_hashes([query_ids[i] for i in q_unique.tolist()], seed)[q_inverse],
-                _id_hashes([doc_ids[i] for i in d_unique.tolist()], seed)[d_inverse])
-    order = np.lexsort((keys, q))
-    return Pool(q[order], d[order], n_candidates, n_judged, n_capped)
+    return key[first], rank[first]
+
+
+def _cap(q: NDArray[np.int64], d: NDArray[np.int64], rank: NDArray[np.int64],
+         max_pool: int) -> tuple[NDArray[np.int64], NDArray[np.int64], int]:
+    """The first ``max_pool`` documents of each query by best rank, then corpus order:
+    (queries, documents, how many were left out)."""
+    order = np.lexsort((d, rank, q))
+    q, d = q[order], d[order]
+    starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+    position = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
+    keep = position < max_pool
+    return q[keep], d[keep], int((~keep).sum())
 
 
 # --------------------------------------------------------------------------- outputs
@@ -204,18 +208,14 @@ def tasks(result: Pool, collection: Collection) -> list[dict[str, Any]]:
 
 
 def _check_ids(values: Sequence[str], what: str, path: Path) -> None:
-    from pipeline.io.formats import _check_writable_id
-
     for value in values:
         if not (value.isprintable() and " " not in value and value):  # the common case, checked fast
-            _check_writable_id(value, what, path)
+            check_writable_id(value, what, path)
 
 
 def write_pool(out: Path, result: Pool, collection: Collection, summary: dict[str, Any]) -> None:
     """Write pool.tsv, tasks.json (the JSON of ``tasks()``), labeling_config.xml and pool.json
     (each atomically)."""
-    from pipeline.io.results import atomic_open
-
     out = Path(out)
     # Every distinct query and document is formatted once; a line is two pieces joined.
     q_unique, q_inv = np.unique(result.query_idx, return_inverse=True)
@@ -242,78 +242,27 @@ def write_pool(out: Path, result: Pool, collection: Collection, summary: dict[st
         json.dump(summary, fh, indent=2)
 
 
-# --------------------------------------------------------------------------- loading
+def pool_summary(result: Pool, collection: Collection, runs: Sequence[str], depth: int, max_pool: int | None,
+                 seed: int, qrels_files: Sequence[str]) -> dict[str, Any]:
+    """What ``pool.json`` records: the settings, the run names and the counts (no provenance)."""
+    per_query = np.bincount(result.query_idx, minlength=collection.n_queries)
+    return {
+        "dataset": collection.name, "source": collection.source, "collection_digest": collection.digest,
+        "runs": list(runs), "depth": depth, "max_pool": max_pool, "seed": seed,
+        "qrels_files": list(qrels_files), "n_queries": collection.n_queries,
+        "n_candidates": result.n_candidates, "n_already_judged": result.n_judged,
+        "n_left_out_by_max_pool": result.n_capped, "n_pooled": int(len(result.doc_idx)),
+        "pooled_per_query": {"min": int(per_query.min(initial=0)), "max": int(per_query.max(initial=0)),
+                             "mean": float(per_query.mean()) if len(per_query) else 0.0},
+    }
 
 
-def compose(overrides: Sequence[str]) -> Any:
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    import pipeline.config  # noqa: F401  (registers the base_config schema)
-
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    pipeline.config.check_overrides(list(overrides))
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return hydra_compose("config", overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as err:  # an unknown option or key: Hydra's first line
-        raise InputError(f"{' '.join(overrides)}: {str(err).strip().splitlines()[0]}") from None
-
-
-def load_collection(cfg: Any) -> Collection:
-    """The dataset of ``cfg``; with ``dataset=trec dataset.qrels=null`` a collection of every
-    query of the queries file and no judgments (a corpus nobody has judged yet)."""
-    from omegaconf import OmegaConf
-
-    from pipeline import job as run
-
-    spec = OmegaConf.to_container(cfg.dataset, resolve=True)
-    if spec.get("_target_") == "pipeline.io.collection.load_trec" and spec.get("qrels") is None:
-        return load_unjudged(**{k: v for k, v in spec.items() if k not in ("_target_", "qrels", "strict")})
-    return run.load(cfg)
-
-
-def load_unjudged(queries: str, corpus: str, name: str | None = None, corpus_format: str = "auto",
-                  queries_format: str = "auto", title_field: str | None = "title", text_field: str = "text",
-                  join: str = " ") -> Collection:
-    """Queries and corpus read by ``pipeline.io.collection``'s readers (the rules of ``load_trec``),
-    every query kept, no judgments."""
-    import hashlib
-
-    from pipeline.io import collection as data
-    from pipeline.metrics import Qrels
-    from pipeline.io.readers import require_file
-
-    corpus_path, queries_path = require_file(corpus, "corpus"), require_file(queries, "queries")
-    if data._is_jsonl(corpus_path, corpus_format, "corpus"):
-        docs = lambda: data._jsonl_docs(corpus_path, title_field, text_field, join)  # noqa: E731
-    else:
-        docs = lambda: data._tsv_records(corpus_path, "corpus", (2, 3), join)  # noqa: E731
-    if data._is_jsonl(queries_path, queries_format, "queries"):
-        records = data._jsonl_queries(queries_path)
-    else:
-        records = data._tsv_records(queries_path, "queries", (2,), join)
-    found = data._collect_queries(records, queries_path)
-    if not found:
-        raise InputError("queries file has no queries", queries_path)
-    hasher = hashlib.sha256()
-    doc_ids, doc_texts, _ = data._collect_docs(docs(), docs, corpus_path, hasher)
-    if not doc_ids:
-        raise InputError("corpus has no documents", corpus_path)
-    for qid, (text, _) in found.items():
-        data._hash_str(hasher.update, qid, text)
-    empty = np.zeros(0, np.int64)
-    return Collection(name or corpus_path.resolve().parent.name, doc_ids, doc_texts, list(found),
-                      [t for t, _ in found.values()], Qrels(query_idx=empty, doc_idx=empty, grade=empty),
-                      hasher.hexdigest(), str(corpus_path))
+# --------------------------------------------------------------------------- judged documents and runs
 
 
 def judged_pairs(collection: Collection, qrels_files: Sequence[str]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(query index, document index) of every judgment in the collection and the files."""
     import pandas as pd
-
-    from pipeline.io.formats import read_qrels
 
     qs = [np.asarray(collection.qrels.query_idx, np.int64)]
     ds = [np.asarray(collection.qrels.doc_idx, np.int64)]
@@ -328,28 +277,12 @@ def judged_pairs(collection: Collection, qrels_files: Sequence[str]) -> tuple[ND
     return np.concatenate(qs), np.concatenate(ds)
 
 
-def retriever_configs(args: argparse.Namespace) -> list[tuple[list[str], Any]]:
-    """The composed config of every --retriever, checked (numbers, groups) before any data is read."""
-    from pipeline import config
-
-    found = []
-    for spec in args.retriever:
-        words = spec.split()
-        if not words:
-            raise InputError("--retriever needs a config name, e.g. --retriever bm25")
-        group = [words[0] if "=" in words[0] else f"retriever={words[0]}"]
-        cfg = compose([*args.overrides, *group, *words[1:]])
-        config.check_numbers(cfg.retriever, "retriever")
-        found.append((words, cfg))
-    return found
-
-
 def run_file_ranking(path: str | Path, query_index: Any, doc_index: Any, depth: int) -> NDArray[np.int64]:
     """The doc_idx matrix of a TREC run on the collection, as ``retriever=run_file`` orders it
     (score descending, then corpus order); documents missing from the corpus are skipped and
     counted, queries missing from the collection ignored. Ids are looked up once per distinct
-    id, which is what makes 5 runs of 100,000 lines take a fraction of a second."""
-    from pipeline.io.formats import read_run
+    id (``query_index`` and ``doc_index`` are pandas Indexes of the collection's ids), not
+    once per line."""
     from retrievers.base import rows_to_ranking
 
     run = read_run(path)
@@ -366,105 +299,12 @@ def run_file_ranking(path: str | Path, query_index: Any, doc_index: Any, depth: 
     return rows_to_ranking(q[keep], d[keep], run.scores[keep], len(query_index), depth, d[keep]).doc_idx
 
 
-def run_rankings(args: argparse.Namespace, collection: Collection,
-                 configs: list[tuple[list[str], Any]]) -> tuple[list[NDArray[np.int64]], list[str]]:
-    """The doc_idx matrix of every --retriever and --run, and their names."""
-    from omegaconf import OmegaConf
+def run_file_rankings(paths: Sequence[str | Path], collection: Collection, depth: int) -> list[NDArray[np.int64]]:
+    """The doc_idx matrix of each TREC run file on the collection (:func:`run_file_ranking`)."""
+    if not paths:
+        return []
+    import pandas as pd
 
-    from pipeline import job as run
-
-    rankings, names = [], []
-    for words, cfg in configs:
-        OmegaConf.set_struct(cfg, False)
-        ranking, _ = run.retrieve(cfg, collection, min(args.depth, collection.n_docs))
-        rankings.append(ranking.doc_idx)
-        names.append(" ".join(words))
-    if args.run:
-        import pandas as pd
-
-        doc_index = pd.Index(np.asarray(collection.doc_ids, dtype=object))
-        query_index = pd.Index(np.asarray(collection.query_ids, dtype=object))
-    for path in args.run:
-        rankings.append(run_file_ranking(path, query_index, doc_index, args.depth))
-        names.append(str(path))
-    return rankings, names
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.pool",
-        description="Depth-d pooling of several runs into Label Studio tasks (docs/judging.md).",
-    )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for the dataset (default dataset=sample)")
-    parser.add_argument("--retriever", action="append", default=[], metavar="SPEC",
-                        help="a retriever config and its overrides, e.g. 'bm25' or 'hybrid retriever.rrf_k=30' (repeatable)")
-    parser.add_argument("--run", action="append", default=[], metavar="RUN", help="a TREC run file (repeatable)")
-    parser.add_argument("--depth", type=int, default=10, help="the top depth of every run is pooled (default 10)")
-    parser.add_argument("--max-pool", type=int, default=None, metavar="N",
-                        help="at most N documents per query (those with the best rank in any run)")
-    parser.add_argument("--qrels", action="append", default=[], metavar="FILE",
-                        help="judgments to leave out besides the dataset's (repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="seeds each query's shuffle (default 0)")
-    parser.add_argument("--out", default="outputs/pool", help="output folder (default outputs/pool)")
-    parser.add_argument("--label-studio", metavar="URL", default=None,
-                        help="create a project there and import the tasks (token: LABEL_STUDIO_API_KEY)")
-    parser.add_argument("--title", default=None, help="the Label Studio project's title")
-    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        if not args.retriever and not args.run:
-            raise InputError("nothing to pool: give at least one --retriever or --run")
-        if args.depth < 1:
-            raise InputError(f"--depth must be >= 1, got {args.depth}")
-        if args.max_pool is not None and args.max_pool < 1:
-            raise InputError(f"--max-pool must be >= 1, got {args.max_pool}")
-        token = None
-        if args.label_studio:
-            from pipeline.judging import labelstudio
-
-            token = labelstudio.token_from_env()
-        cfg = compose(args.overrides)
-        from pipeline import config
-
-        config.check_numbers(cfg.dataset, "dataset")
-        configs = retriever_configs(args)  # bad retriever settings fail before the collection is read
-        collection = load_collection(cfg)
-        rankings, names = run_rankings(args, collection, configs)
-        result = pool(rankings, collection.query_ids, collection.doc_ids, args.depth,
-                      judged_pairs(collection, args.qrels), args.max_pool, args.seed)
-        per_query = np.bincount(result.query_idx, minlength=collection.n_queries)
-        summary = {
-            "dataset": collection.name, "source": collection.source, "collection_digest": collection.digest,
-            "runs": names, "depth": args.depth, "max_pool": args.max_pool, "seed": args.seed,
-            "qrels_files": list(args.qrels), "n_queries": collection.n_queries,
-            "n_candidates": result.n_candidates, "n_already_judged": result.n_judged,
-            "n_left_out_by_max_pool": result.n_capped, "n_pooled": int(len(result.doc_idx)),
-            "pooled_per_query": {"min": int(per_query.min(initial=0)), "max": int(per_query.max(initial=0)),
-                                 "mean": float(per_query.mean()) if len(per_query) else 0.0},
-        }
-        out = Path(args.out)
-        write_pool(out, result, collection, summary)
-        print(f"pool: {summary['n_pooled']} documents to judge for {int((per_query > 0).sum())} of "
-              f"{collection.n_queries} queries ({result.n_candidates} in the top {args.depth} of {len(names)} runs, "
-              f"{result.n_judged} already judged, {result.n_capped} over --max-pool)")
-        print(f"written: {out / 'pool.tsv'}, {out / 'tasks.json'}, {out / 'labeling_config.xml'}, {out / 'pool.json'}")
-        if args.label_studio:
-            from pipeline.judging import labelstudio
-
-            client = labelstudio.Client(args.label_studio, token)
-            title = args.title or f"{collection.name} pool depth {args.depth}"
-            project = client.create_project(title, labeling_config())
-            n = client.import_tasks(project, tasks(result, collection))
-            print(f"Label Studio: project {project} ({title!r}) with {n} tasks: "
-                  f"{args.label_studio.rstrip('/')}/projects/{project}/data")
-    except InputError as err:
-        if args.debug:
-            raise
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    doc_index = pd.Index(np.asarray(collection.doc_ids, dtype=object))
+    query_index = pd.Index(np.asarray(collection.query_ids, dtype=object))
+    return [run_file_ranking(path, query_index, doc_index, depth) for path in paths]

@@ -359,14 +359,9 @@ def read_texts(path: str | Path, what: str, wanted: set[str] | None = None) -> d
     title + " " + text as the pipeline indexes it, or TSV id[, title], text) or a queries
     file (JSONL ``_id``/``text`` or TSV id, text); ``.gz`` accepted. Only the ids in
     ``wanted`` are kept (all when None). Bad lines raise InputError (file, line, problem)."""
-    from pipeline.io import collection as data
-    from pipeline.io.readers import require_file
+    from pipeline.io.collection import read_corpus, read_queries
 
-    file = require_file(path, what)
-    if data._is_jsonl(file, "auto", what):
-        records = data._jsonl_docs(file, "title", "text", " ") if what == "corpus" else data._jsonl_queries(file)
-    else:
-        records = data._tsv_records(file, what, (2, 3) if what == "corpus" else (2,), " ")
+    records = read_corpus(path) if what == "corpus" else read_queries(path)
     return {rid: text for _, rid, text in records if wanted is None or rid in wanted}
 
 

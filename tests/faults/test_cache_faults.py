@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-import pipeline.io.cache as cache_mod
 from pipeline.io.cache import content_hash
 from pipeline.io.collection import load_beir
 from pipeline.job import run
@@ -343,7 +342,7 @@ def test_full_disk_keeps_the_computed_ranking_and_warns_once(tmp_path, caplog, c
         raise OSError(errno.ENOSPC, "No space left on device")
 
     reference, _ = retrieve(collection, BM25Retriever(), tmp_path / "reference")
-    monkeypatch.setattr(cache_mod.os, "replace", no_space)
+    monkeypatch.setattr(os, "replace", no_space)
     cache = tmp_path / "full"
     with caplog.at_level(logging.WARNING, logger="pipeline.io.cache"):
         got, hit = retrieve(collection, BM25Retriever(), cache)

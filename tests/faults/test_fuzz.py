@@ -192,7 +192,7 @@ def noisy_jsonl(draw) -> bytes:
 def test_jsonl_corpus_and_queries_never_crash(tmp_path_factory, raw, gz, what):
     tmp = tmp_path_factory.mktemp("jsonl")
     path = _write(tmp, f"{what}.jsonl", raw, gz)
-    records = data._jsonl_docs(path, "title", "text", " ") if what == "corpus" else data._jsonl_queries(path)
+    records = data.read_corpus(path, "jsonl") if what == "corpus" else data.read_queries(path, "jsonl")
     try:
         rows = list(records)
     except InputError as err:

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from pipeline.judging import judgments as jd
+from pipeline import judgments as command
 from pipeline.io.formats import read_qrels
+from pipeline.judging import judgments as jd
 
 ANNOTATORS = ("ann@example.org", "bob@example.org", "cy@example.org")
 
@@ -90,7 +91,7 @@ def test_cli_writes_qrels_per_annotator_consensus_and_disagreements(make_export,
     tasks[0]["annotations"].append({"id": 99, "completed_by": {"id": 7, "email": "cy@example.org"},
                                     "was_cancelled": True, "result": []})  # skipped: left out
     out = tmp_path / "j"
-    assert jd.main([str(write_export(tasks)), "--out", str(out), "--rule", "max"]) == 0
+    assert command.main([str(write_export(tasks)), "--out", str(out), "--rule", "max"]) == 0
     ann = read_qrels(out / "qrels.ann_example.org.txt")
     assert sorted(zip(ann.query_ids, ann.doc_ids, ann.grades.tolist())) == [
         ("q1", "d1", 3), ("q1", "d2", 0), ("q2", "d1", 1), ("q2", "d3", 2)]
@@ -126,11 +127,11 @@ def test_latest_annotation_of_an_annotator_counts(make_export, write_export):
 ])
 def test_bad_export_is_one_line_and_exit_2(content, problem, write_export, capsys):
     path = write_export(content if isinstance(content, str) else json.dumps(content))
-    assert jd.main([str(path), "--out", str(path.parent / "o")]) == 2
+    assert command.main([str(path), "--out", str(path.parent / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and problem in err and str(path) in err and "Traceback" not in err
 
 
 def test_bad_rule_is_exit_2(make_export, write_export, capsys):
-    assert jd.main([str(write_export(make_export({"a": {("q", "d"): 1}}))), "--rule", "mean"]) == 2
+    assert command.main([str(write_export(make_export({"a": {("q", "d"): 1}}))), "--rule", "mean"]) == 2
     assert "--rule must be one of median, majority, max" in capsys.readouterr().err

@@ -17,10 +17,10 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import lsserver
-from pipeline.judging import judgments as jd
-from pipeline.judging import labelstudio
-from pipeline.judging import pool as pl
+from pipeline import judgments as judgments_command
+from pipeline import pool as pool_command
 from pipeline.io.formats import read_qrels
+from pipeline.judging import labelstudio
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -99,13 +99,14 @@ def test_label_studio_round_trip(template, tmp_path, monkeypatch):
         monkeypatch.setenv("LABEL_STUDIO_API_KEY", lsserver.ADMIN.token)
         out = tmp_path / "pool"
         t0 = time.perf_counter()
-        assert pl.main(["dataset=trec", "dataset.qrels=null", f"dataset.queries={queries}",
-                        f"dataset.corpus={corpus}", f"cache_dir={tmp_path / 'cache'}", "--retriever", "bm25",
-                        "--depth", "3", "--out", str(out), "--label-studio", url, "--title", "sample pool"]) == 0
+        assert pool_command.main(["dataset=trec", "dataset.qrels=null", f"dataset.queries={queries}",
+                                  f"dataset.corpus={corpus}", f"cache_dir={tmp_path / 'cache'}", "--retriever", "bm25",
+                                  "--depth", "3", "--out", str(out), "--label-studio", url, "--title",
+                                  "sample pool"]) == 0
         timings["pool_and_import_s"] = time.perf_counter() - t0
         admin = labelstudio.Client(url, lsserver.ADMIN.token)
         second = labelstudio.Client(url, lsserver.ANNOTATOR.token)
-        project = max(p["id"] for p in admin._request("GET", "/api/projects")["results"])
+        project = max(p["id"] for p in admin.request("GET", "/api/projects")["results"])
         tasks = sorted(admin.tasks(project), key=lambda t: t["id"])
         pooled = [tuple(line.split("\t")) for line in (out / "pool.tsv").read_text().splitlines()[1:]]
         assert [(t["data"]["query_id"], t["data"]["doc_id"]) for t in tasks] == pooled and len(pooled) == 12
@@ -135,7 +136,7 @@ def test_label_studio_round_trip(template, tmp_path, monkeypatch):
 
     # 5. qrels per annotator and consensus, agreement
     judged = tmp_path / "judged"
-    assert jd.main([str(export), "--out", str(judged)]) == 0
+    assert judgments_command.main([str(export), "--out", str(judged)]) == 0
     who = {"admin": "user1", "second": "user2"}  # Label Studio's export names users by id
     for name, grades in given.items():
         q = read_qrels(judged / f"qrels.{who[name]}.txt")

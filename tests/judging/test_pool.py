@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.judging import pool as pl
+from pipeline import pool as command
+from pipeline.io.collection import SAMPLE_DIR
 from pipeline.io.formats import read_qrels
+from pipeline.judging import pool as pl
 
 QUERIES = ["q1", "q2", "q3"]
 DOCS = [f"d{i}" for i in range(8)]
@@ -111,9 +113,9 @@ def test_cli_pools_run_files_on_the_sample(tmp_path, capsys):
     extra = tmp_path / "round1.txt"
     extra.write_text("q02 0 d011 2\n")
     out = tmp_path / "pool"
-    assert pl.main(["--run", str(run1), "--run", str(run2), "--depth", "2", "--qrels", str(extra),
-                    "--out", str(out), "--seed", "3"]) == 0
-    judged = read_qrels(pl.CONF.parent / "pipeline/sample/qrels/test.tsv")
+    assert command.main(["--run", str(run1), "--run", str(run2), "--depth", "2", "--qrels", str(extra),
+                         "--out", str(out), "--seed", "3"]) == 0
+    judged = read_qrels(SAMPLE_DIR / "qrels/test.tsv")
     judged_pairs = set(zip(judged.query_ids.tolist(), judged.doc_ids.tolist()))
     candidates = {("q01", d) for d in ("d092", "d001", "d004")} | {("q02", d) for d in ("d010", "d011", "d012")}
     expected = candidates - judged_pairs - {("q02", "d011")}
@@ -135,10 +137,10 @@ def test_cli_pools_run_files_on_the_sample(tmp_path, capsys):
 def test_cli_pools_an_unjudged_corpus_with_a_retriever(tmp_path):
     queries = tmp_path / "topics.tsv"
     queries.write_text("n1\thow do I fix a flat tire\nn2\twhen should brake pads be replaced\n")
-    corpus = pl.CONF.parent / "pipeline/sample/corpus.jsonl"
+    corpus = SAMPLE_DIR / "corpus.jsonl"
     out = tmp_path / "pool"
-    code = pl.main(["dataset=trec", "dataset.qrels=null", f"dataset.queries={queries}", f"dataset.corpus={corpus}",
-                    f"cache_dir={tmp_path / 'cache'}", "--retriever", "bm25", "--depth", "3", "--out", str(out)])
+    code = command.main(["dataset=trec", "dataset.qrels=null", f"dataset.queries={queries}", f"dataset.corpus={corpus}",
+                         f"cache_dir={tmp_path / 'cache'}", "--retriever", "bm25", "--depth", "3", "--out", str(out)])
     assert code == 0
     rows = [line.split("\t") for line in (out / "pool.tsv").read_text().splitlines()[1:]]
     assert sorted({q for q, _ in rows}) == ["n1", "n2"] and len(rows) == 6
@@ -158,6 +160,6 @@ def test_cli_errors_are_one_line_and_exit_2(args, problem, tmp_path, capsys, mon
     bad = tmp_path / "bad.trec"
     bad.write_text("q01 Q0 d001 1\n")
     args = [str(run) if a == "RUN" else str(bad) if a == "BAD" else a for a in args]
-    assert pl.main([*args, "--out", str(tmp_path / "o")]) == 2
+    assert command.main([*args, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and problem in err and "Traceback" not in err

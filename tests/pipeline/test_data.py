@@ -213,6 +213,7 @@ def _awkward_corpus(folder: Path) -> Path:
 
 def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
     import pipeline.io.collection as data
+    from pipeline.io.collection import filetexts
 
     folder = _awkward_corpus(tmp_path / "f")
     held = load_beir(folder, lazy_texts=False)
@@ -227,16 +228,17 @@ def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
         assert texts[sl] == held.doc_texts[sl]
     with pytest.raises(IndexError):
         texts[5]
-    monkeypatch.setattr(data, "_READ_DOCS", 2)  # iteration in reads of 2 documents
+    monkeypatch.setattr(filetexts, "READ_DOCS", 2)  # iteration in reads of 2 documents
     assert list(texts) == held.doc_texts
 
 
 def test_lazy_texts_by_default_only_for_a_large_plain_corpus(tmp_path, monkeypatch):
     import pipeline.io.collection as data
+    from pipeline.io.collection import loaders
 
     plain, packed = write_beir(tmp_path / "plain"), write_beir(tmp_path / "packed", gz=True)
     assert isinstance(load_beir(plain).doc_texts, list)  # 16 MiB and more by default
-    monkeypatch.setattr(data, "LAZY_TEXTS_MIN_BYTES", 10)
+    monkeypatch.setattr(loaders, "LAZY_TEXTS_MIN_BYTES", 10)  # the module whose load_beir reads it
     assert isinstance(load_beir(plain).doc_texts, data.FileTexts)
     assert isinstance(load_beir(plain, lazy_texts=False).doc_texts, list)
     assert isinstance(load_beir(packed, lazy_texts=True).doc_texts, list)  # gzip: no byte offsets
@@ -383,13 +385,13 @@ def test_first_repeated_document_id_is_the_one_reported(tmp_path):
 
 
 def test_equal_id_hashes_without_equal_ids_are_not_duplicates():
-    from pipeline.io.collection import _raise_duplicate_doc
+    from pipeline.io.collection.assemble import raise_duplicate_doc
 
     ids = ["a", "b", "c"]  # pretend "a" collided with another id's 64-bit hash
-    assert _raise_duplicate_doc(ids, {hash("a")}, lambda: iter(()), "corpus") is None
+    assert raise_duplicate_doc(ids, {hash("a")}, lambda: iter(()), "corpus") is None
     with pytest.raises(InputError, match="duplicate document id 'a' \\(first on line 1\\)"):
         records = [(1, "a", ""), (2, "b", ""), (7, "a", "")]
-        _raise_duplicate_doc(ids + ["a"], {hash("a")}, lambda: iter(records), "corpus")
+        raise_duplicate_doc(ids + ["a"], {hash("a")}, lambda: iter(records), "corpus")
 
 
 def test_duplicate_query_id_names_both_lines(tmp_path):

@@ -179,6 +179,6 @@ def test_tie_break_vocabulary():
 
 
 def test_the_whitespace_list_is_every_character_str_split_splits_on():
-    from pipeline.io.formats import _WHITESPACE
+    from pipeline.io.formats import WHITESPACE
 
-    assert _WHITESPACE == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    assert WHITESPACE == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
