@@ -23,7 +23,8 @@ WRITER = textwrap.dedent(
 
     uri, folder, name, n = sys.argv[1:5]
     cfg = OmegaConf.structured(TrackingConfig(uri=uri, artifact_root=folder + "/artifacts"))
-    tracking.client(cfg).search_experiments()  # imports and store open done before the race
+    settings = tracking.StoreSettings.of(cfg)  # as a job makes them from its tracking config
+    tracking.client(settings).search_experiments()  # imports and store open done before the race
     results = Path(folder) / name
     results.mkdir()
     (results / "metrics.json").write_text("{}")
@@ -36,7 +37,7 @@ WRITER = textwrap.dedent(
             curves={}, tags={}, artifacts_dir=results,
             dataset={"name": "sample", "digest": f"digest-{i}", "source": folder},
         )
-        tracking.log_run(cfg, record)
+        tracking.log_run(settings, record)
     """
 )
 
@@ -62,7 +63,7 @@ def test_parallel_writers_with_the_same_dataset_inputs_lose_no_run(tmp_path):
 
 
 def test_the_per_query_table_is_logged_as_mlflow_log_table_logs_it(tmp_path, store, monkeypatch):
-    """tracking._log_table (with the tag set when the run is created) writes the file and the
+    """tracking.log_table (with the tag set when the run is created) writes the file and the
     tag MlflowClient.log_table writes, so MLflow's UI and mlflow.load_table read it."""
     import json
 
@@ -79,7 +80,7 @@ def test_the_per_query_table_is_logged_as_mlflow_log_table_logs_it(tmp_path, sto
     client.log_table(theirs, data=table.copy(), artifact_file=tracking.TABLE_FILE)
     ours = client.create_run(exp, tags={tracking.TAG_LOGGED_ARTIFACTS: json.dumps(
         [{"path": tracking.TABLE_FILE, "type": "table"}])}).info.run_id
-    tracking._log_table(client, ours, table, tracking.TABLE_FILE)
+    tracking.log_table(client, ours, table, tracking.TABLE_FILE)
     files = [Path(client.download_artifacts(run, tracking.TABLE_FILE, str(tmp_path / run))).read_bytes()
              for run in (theirs, ours)]
     assert files[0] == files[1] and b'"columns"' in files[0]
@@ -91,7 +92,7 @@ def test_the_per_query_table_is_logged_as_mlflow_log_table_logs_it(tmp_path, sto
 
 
 def test_a_sweeps_table_is_logged_as_mlflow_log_table_logs_it_into_a_folder(tmp_path, store, monkeypatch):
-    """The parent run's summary/sweep_table.json through tracking._log_table and the tag
+    """The parent run's summary/sweep_table.json through tracking.log_table and the tag
     finish_sweep sets: the file and the tag MlflowClient.log_table writes, found by load_table."""
     import pandas as pd
     from mlflow import MlflowClient
@@ -103,14 +104,14 @@ def test_a_sweeps_table_is_logged_as_mlflow_log_table_logs_it_into_a_folder(tmp_
     exp = client.create_experiment("sweeps", artifact_location=(tmp_path / "artifacts").as_uri())
     theirs = client.create_run(exp).info.run_id
     client.log_table(theirs, data=table.copy(), artifact_file=tracking.SWEEP_TABLE_FILE)
-    ours = client.create_run(exp, tags={tracking.TAG_LOGGED_ARTIFACTS: tracking._table_tag(
+    ours = client.create_run(exp, tags={tracking.TAG_LOGGED_ARTIFACTS: tracking.table_tag(
         tracking.SWEEP_TABLE_FILE)}).info.run_id
-    tracking._log_table(client, ours, table, tracking.SWEEP_TABLE_FILE)
+    tracking.log_table(client, ours, table, tracking.SWEEP_TABLE_FILE)
     files = [Path(client.download_artifacts(run, tracking.SWEEP_TABLE_FILE, str(tmp_path / run))).read_bytes()
              for run in (theirs, ours)]
     assert files[0] == files[1]
     assert [client.get_run(r).data.tags[tracking.TAG_LOGGED_ARTIFACTS] for r in (theirs, ours)] == [
-        tracking._table_tag(tracking.SWEEP_TABLE_FILE)] * 2
+        tracking.table_tag(tracking.SWEEP_TABLE_FILE)] * 2
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     loaded = client.load_table(exp, tracking.SWEEP_TABLE_FILE, run_ids=[ours])
     assert loaded["run_name"].tolist() == ["k3 bm25", "k5 bm25"]

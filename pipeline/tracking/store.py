@@ -1,0 +1,304 @@
+"""The tracking store: its settings, the client on it, safe creation of a sqlite store, the
+writers' lock, experiments, and the lines that tell a user where to look.
+
+A sqlite store is shared by every job of a parallel launcher, each logging from its own
+process. Two things keep them from meeting inside sqlite: a new store is created under a lock
+file beside it and renamed into place (never half-made, never migrated twice), and writers
+take turns through :func:`writing` (the same lock file). :func:`retrying` covers the races
+that remain between writers that take no such lock (the clients of a server, another tool on
+the sqlite file): two of them creating one experiment or one dataset input.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pipeline.tracking.credentials import auth_refusal, redact
+from pipeline.tracking.tags import EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, UI_WORKFLOW
+
+if TYPE_CHECKING:
+    from filelock import FileLock
+    from mlflow import MlflowClient
+
+T = TypeVar("T")
+
+
+class TrackingError(RuntimeError):
+    """The tracking store or server failed; the results are on disk nonetheless."""
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where and how to log: the ``tracking`` config's store keys (what a record carries)."""
+
+    uri: str
+    artifact_root: str | None = None
+    http_retries: int = 2
+    http_timeout_s: int = 20
+
+    @classmethod
+    def of(cls, source: Mapping[str, Any] | Any) -> StoreSettings:
+        """The one conversion into settings: from a record's ``tracking`` dict, a ``tracking``
+        config node (DictConfig) or any object with these attributes (a dataclass)."""
+        if isinstance(source, StoreSettings):
+            return source
+        if isinstance(source, Mapping) or hasattr(source, "get"):
+            get = source.get
+        else:
+            def get(key: str, default: Any = None) -> Any:
+                return getattr(source, key, default)
+        root = get("artifact_root", None)
+        return cls(uri=str(get("uri")), artifact_root=None if root is None else str(root),
+                   http_retries=int(get("http_retries", 2)), http_timeout_s=int(get("http_timeout_s", 20)))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a record stores them (``StoreSettings.of`` reads them back)."""
+        return asdict(self)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI; None for a server."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :])
+    return None
+
+
+@contextmanager
+def tracking_errors(what: str, uri: str | None = None) -> Iterator[None]:
+    """Turn any failure inside (MlflowException, requests, sqlalchemy...) into one
+    TrackingError that starts with ``what`` and shows no password; with ``uri``, a server's
+    refusal of the credentials says what to set instead."""
+    try:
+        yield
+    except TrackingError:
+        raise
+    except Exception as exc:
+        refusal = auth_refusal(exc, uri) if uri is not None else None
+        if refusal is not None:
+            raise TrackingError(refusal) from exc
+        raise TrackingError(redact(f"{what}: {type(exc).__name__}: {exc}")) from exc
+
+
+def _configure_http(settings: StoreSettings) -> None:
+    # Fail fast against a dead server instead of waiting through MLflow's default retries.
+    # The config wins over the environment: it is what the run logs as its params.
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.http_retries)
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(settings.http_timeout_s)
+
+
+def client(settings: StoreSettings) -> MlflowClient:
+    """An MlflowClient on the configured store (a new sqlite store is created safely first)."""
+    _configure_http(settings)
+    uri = str(settings.uri)
+    db = sqlite_path(uri)
+    if db is not None and not db.is_absolute():
+        uri = f"sqlite:///{db.resolve()}"  # one client per store, wherever it is named from
+    try:
+        return _client(uri)
+    except TrackingError:
+        raise
+    except Exception as exc:
+        raise TrackingError(f"cannot open the MLflow store {settings.uri}: {type(exc).__name__}: {exc}") from exc
+
+
+@lru_cache(maxsize=4)
+def _client(uri: str) -> MlflowClient:
+    from mlflow import MlflowClient  # heavy: imported only when a job tracks
+
+    db = sqlite_path(uri)
+    if db is not None:
+        _create_sqlite_store(db)
+    return MlflowClient(tracking_uri=uri)
+
+
+#: How long a process waits for another one that is creating or writing the same sqlite store.
+STORE_LOCK_TIMEOUT_S = 120
+
+
+def _create_sqlite_store(db: Path) -> None:
+    """Make sure a usable sqlite store is at ``db``, creating it if missing: serialized across
+    processes by the lock file beside it and atomic (the tables are made in a temporary file
+    renamed into place), so two processes never migrate one file at once and a crash or a
+    full disk never leaves a half-made store."""
+    if db.is_dir():
+        raise TrackingError(f"{db} is a folder, not an MLflow sqlite store: remove it or point "
+                            "tracking.uri (or paths.store) at a file")
+    if db.exists():
+        return
+    from filelock import Timeout
+
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrackingError(f"cannot create the folder of the MLflow store {db}: {exc}") from None
+    lock = _store_lock(db)
+    try:
+        with lock.acquire(timeout=STORE_LOCK_TIMEOUT_S):
+            if not db.exists():  # else another process made it while this one waited
+                _migrate_into_place(db)
+    except Timeout:
+        raise TrackingError(f"another process has held {lock.lock_file} for {STORE_LOCK_TIMEOUT_S} s while "
+                            f"creating {db}; if none is running, delete the lock file") from None
+
+
+def _migrate_into_place(db: Path) -> None:
+    """Create MLflow's tables in a temporary file beside ``db`` and rename it to ``db``; on
+    any failure, remove every file sqlite left."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".creating", dir=db.parent)
+    os.close(fd)
+    os.unlink(tmp)  # sqlite makes the file itself
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = SqlAlchemyStore(f"sqlite:///{tmp}", str(db.parent / "mlartifacts"))
+        store.engine.dispose()
+        os.replace(tmp, db)
+    except BaseException as exc:
+        for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+        if isinstance(exc, Exception):
+            raise TrackingError(f"cannot create the MLflow store {db}: {type(exc).__name__}: {exc}") from None
+        raise
+
+
+@cache
+def _store_lock(db: Path) -> FileLock:
+    """The lock file beside a sqlite store (``<db>.lock``): one object per store in a process,
+    so that taking it again inside (creating the store while writing) does not wait on itself."""
+    from filelock import FileLock
+
+    return FileLock(str(db.resolve()) + ".lock")
+
+
+@contextmanager
+def writing(settings: StoreSettings) -> Iterator[None]:
+    """Hold the store's writer lock while logging to a sqlite store (no lock for a server):
+    the jobs of a parallel launcher then write one after another, never into a locked
+    database. TrackingError after ``STORE_LOCK_TIMEOUT_S``."""
+    db = sqlite_path(str(settings.uri))
+    if db is None:
+        yield
+        return
+    from filelock import Timeout
+
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = _store_lock(db)
+        lock.acquire(timeout=STORE_LOCK_TIMEOUT_S)
+    except Timeout:
+        raise TrackingError(f"another process has held {db}.lock for {STORE_LOCK_TIMEOUT_S} s while writing "
+                            "to the store; if none is running, delete the lock file") from None
+    except OSError as exc:
+        raise TrackingError(f"cannot lock the MLflow store {db}: {exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def ensure_store(settings: StoreSettings) -> None:
+    """Create (migrate) the tracking store now, once, before parallel jobs start.
+
+    Two jobs creating a new sqlite store at once lose runs ("table ... already exists").
+    """
+    with tracking_errors(f"cannot open the MLflow store {settings.uri}"):
+        client(settings).search_experiments(max_results=1)
+
+
+#: Errors that parallel writers to one store cause and a second attempt resolves: sqlite's
+#: lock, and two jobs inserting the same dataset input at once (MLflow checks, then inserts).
+RETRYABLE = ("database is locked", "UNIQUE constraint failed", "Duplicate entry", "duplicate key")
+
+
+def retrying(fn: Callable[[], T], attempts: int = 5) -> T:
+    """Call ``fn``, trying again (with a growing pause) after the races of parallel jobs on one
+    store (:data:`RETRYABLE`); any other error, or the last attempt's, is raised."""
+    for attempt in range(attempts - 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if not any(marker in str(exc) for marker in RETRYABLE):
+                raise
+        time.sleep(0.1 * 2**attempt)
+    return fn()
+
+
+def experiment_id(mlflow_client: MlflowClient, name: str, settings: StoreSettings) -> str:
+    """The experiment's id, created (with artifacts under ``artifact_root`` and the tag
+    :data:`TAG_EXPERIMENT_KIND`) if missing; an existing experiment without the tag (made by
+    an older version) gets it.
+
+    Parallel jobs may race to create it: the loser reads the winner's.
+    """
+    found = mlflow_client.get_experiment_by_name(name)
+    if found is not None:
+        if TAG_EXPERIMENT_KIND not in (found.tags or {}):
+            mlflow_client.set_experiment_tag(found.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND)
+        return found.experiment_id
+    location = None
+    if settings.artifact_root and sqlite_path(settings.uri) is not None:
+        location = (Path(settings.artifact_root).resolve() / folder_name(name)).as_uri()
+    try:
+        return mlflow_client.create_experiment(name, artifact_location=location,
+                                               tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})
+    except Exception:
+        found = mlflow_client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def folder_name(name: str) -> str:
+    """An experiment's artifact folder under the artifact root: one path component, never
+    ``.`` or ``..`` (``tracking.experiment=..`` must not escape the root)."""
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "experiment"
+    return folder if folder.strip(".") else "_" + folder
+
+
+def runs_with_tags(mlflow_client: MlflowClient, exp_id: str, tags: Mapping[str, str]) -> list[Any]:
+    """The runs of an experiment that carry every tag of ``tags`` with its value."""
+    filters = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
+    return mlflow_client.search_runs([exp_id], filter_string=filters, max_results=100)
+
+
+def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
+    """The UI page of a run (or of an experiment's runs table) on the server at ``uri``, in
+    the model-training view."""
+    page = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
+    return f"{redact(uri).rstrip('/')}/{page}?{UI_WORKFLOW}"
+
+
+def open_hint(uri: str, experiment_id: str, run_id: str | None = None) -> str:
+    """One line telling the user how to see a run in the UI: for a sqlite store the ``mlflow
+    ui`` command with the store's absolute path (it works from any folder) and the page to
+    open; for a server, the run's URL."""
+    db = sqlite_path(uri)
+    if db is None:
+        return f"open it: {ui_url(uri, experiment_id, run_id)}"
+    store = f"sqlite:///{db.resolve()}"
+    return (f"open it: mlflow ui --backend-store-uri {store}   then "
+            f"{ui_url('http://127.0.0.1:5000', experiment_id, run_id)}")
+
+
+def new_store_note(uri: str) -> str | None:
+    """The line to print when a job is about to create a sqlite store where none is (a run
+    from another folder silently starting a new store confuses); None otherwise. Call it
+    before the store is opened."""
+    db = sqlite_path(uri)
+    if db is None or db.exists():
+        return None
+    return (f"note: no MLflow store in {db.resolve().parent}; creating a new one, {db.resolve()} "
+            "(runs logged to other stores are not in it; paths.root or tracking.uri picks the store)")
