@@ -86,9 +86,6 @@ from pipeline.tracking.tags import (
     table_tag,
 )
 
-#: The old private name, still used by tests/faults/test_tracking_faults.py: use folder_name.
-_folder_name = folder_name
-
 __all__ = [
     "COMPARE_EXPERIMENT", "CREDENTIAL_ENV", "EXPERIMENT_KIND", "FOLDER_LOCK_TIMEOUT_S", "STORE_LOCK_TIMEOUT_S",
     "SWEEP_TABLE_FILE", "TABLE_FILE", "TAG_EXPERIMENT_KIND", "TAG_GIT", "TAG_JOB_KEY", "TAG_LOGGED_ARTIFACTS",

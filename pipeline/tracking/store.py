@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -187,7 +189,8 @@ def _store_lock(db: Path) -> FileLock:
 def writing(settings: StoreSettings) -> Iterator[None]:
     """Hold the store's writer lock while logging to a sqlite store (no lock for a server):
     the jobs of a parallel launcher then write one after another, never into a locked
-    database. TrackingError after ``STORE_LOCK_TIMEOUT_S``."""
+    database. TrackingError after ``STORE_LOCK_TIMEOUT_S``. A SIGINT or SIGTERM that arrives
+    meanwhile takes effect once the writes are done (:func:`signals_deferred`)."""
     db = sqlite_path(str(settings.uri))
     if db is None:
         yield
@@ -204,9 +207,38 @@ def writing(settings: StoreSettings) -> Iterator[None]:
     except OSError as exc:
         raise TrackingError(f"cannot lock the MLflow store {db}: {exc}") from None
     try:
-        yield
+        with signals_deferred():
+            yield
     finally:
         lock.release()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends, then act as they would have.
+
+    A sweep's launching process logs its jobs and, when interrupted, logs what is left: an
+    interrupt inside a sqlite commit would leave this process's own connection holding the
+    database lock, and that last logging would then find the store locked. Only the main
+    thread can change handlers; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            handler = previous[caught[0]]
+            if callable(handler):
+                handler(caught[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(caught[0])
 
 
 def ensure_store(settings: StoreSettings) -> None:

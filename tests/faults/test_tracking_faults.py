@@ -221,7 +221,7 @@ def test_a_folder_where_the_store_should_be_fails_fast_in_one_line(tmp_path):
 
 def test_an_experiment_name_cannot_put_artifacts_outside_the_artifact_root():
     for name in ("..", ".", "../../etc", "/abs/path", "a/../../b", "~"):
-        folder = tracking._folder_name(name)
+        folder = tracking.folder_name(name)
         assert "/" not in folder and folder not in (".", "..", "") and (Path("/root") / folder).parent == Path("/root")
-    assert tracking._folder_name("my/experiment") == "my_experiment"
-    assert tracking._folder_name("sample") == "sample"
+    assert tracking.folder_name("my/experiment") == "my_experiment"
+    assert tracking.folder_name("sample") == "sample"

@@ -115,3 +115,22 @@ def test_a_sweeps_table_is_logged_as_mlflow_log_table_logs_it_into_a_folder(tmp_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     loaded = client.load_table(exp, tracking.SWEEP_TABLE_FILE, run_ids=[ours])
     assert loaded["run_name"].tolist() == ["k3 bm25", "k5 bm25"]
+
+
+def test_an_interrupt_during_a_write_takes_effect_after_it():
+    """SIGINT inside ``signals_deferred`` (every write to a sqlite store) does not cut the
+    write short: the block runs to its end, then the interrupt is raised as usual."""
+    import os
+    import signal
+
+    from pipeline.tracking.store import signals_deferred
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the signal is handled at some bytecode boundary in here
+                pass
+            steps.append("the write finished")
+    assert steps == ["the write finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is back
