@@ -150,7 +150,7 @@ def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
     """The job's sweep, as its record names it (the logger finds the parent run from it)."""
     if ctx.sweep_dir is None:
         return None
-    info = tracking.read_sweep_file(ctx.sweep_dir)
+    info = res.read_sweep(ctx.sweep_dir)
     sweep = {"sweep_id": info.get("sweep_id", ctx.sweep_dir.name), "dir": str(ctx.sweep_dir.resolve())}
     if info.get("experiment"):
         sweep["experiment"] = info["experiment"]

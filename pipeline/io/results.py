@@ -131,6 +131,16 @@ def read_marker(results: Path) -> dict[str, str] | None:
     return marker if isinstance(marker, dict) and marker.get("run_id") else None
 
 
+def read_sweep(sweep_dir: Path) -> dict[str, Any]:
+    """The sweep file of a sweep folder (sweep id, run name, experiment, parent run, store);
+    ``{}`` when it is missing or unreadable."""
+    try:
+        info = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
 def write_marker(results: Path, uri: str, run_id: str, experiment_id: str) -> None:
     write_json(Path(results) / MARKER, {"uri": uri, "run_id": run_id, "experiment_id": experiment_id})
 

@@ -93,7 +93,7 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     (out / "sweep_table.md").write_text(_markdown(table))
     if len(table):
         _draw(table, _curves(jobs), objective, out)
-    info = tracking.read_sweep_file(sweep_dir)
+    info = res.read_sweep(sweep_dir)
     shown = [c for c in ("run_name", "status", objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k",
                          "context_utility_at_k", "mrr", "map") if c in table.columns]
     headline = table[list(dict.fromkeys(shown))] if len(table) else table  # the files hold every column

@@ -140,7 +140,7 @@ def load_system(folder: str | Path, metrics: Sequence[str] = DEFAULT_METRICS, *,
     if marker:
         system.run_id = marker["run_id"]
     if sweep_dir is not None:
-        info = tracking.read_sweep_file(sweep_dir)  # a JSON file: no MLflow store is opened
+        info = res.read_sweep(sweep_dir)  # a JSON file: no MLflow store is opened
         system.sweep = system.sweep or info.get("sweep_id") or str(sweep_dir)
         system.sweep_parent_run, system.sweep_store = info.get("parent_run_id"), info.get("uri")
     return system

@@ -64,7 +64,6 @@ from pipeline.tracking.store import (
 )
 from pipeline.tracking.sweeps import (
     finish_sweep,
-    read_sweep_file,
     start_sweep,
     sweep_parent,
 )
@@ -93,7 +92,7 @@ __all__ = [
     "RunRecord", "StoreSettings", "TrackingError",
     "auth_refusal", "child_runs", "client", "download_artifact", "ensure_store", "experiment_id", "experiment_runs",
     "finish_sweep", "folder_name", "get_run_info", "http_status", "log_report", "log_results", "log_run",
-    "log_table", "new_store_note", "open_hint", "read_sweep_file", "redact", "retrying", "run_description",
+    "log_table", "new_store_note", "open_hint", "redact", "retrying", "run_description",
     "runs_with_tags", "sqlite_path", "start_sweep", "sweep_parent", "table_tag", "tracking_errors", "ui_url",
     "writing",
 ]

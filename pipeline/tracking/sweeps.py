@@ -8,7 +8,6 @@ The jobs find the parent through the sweep file in the sweep folder
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,16 +38,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def read_sweep_file(sweep_dir: Path) -> dict[str, Any]:
-    """The sweep file of a sweep folder (sweep id, run name, experiment, parent run, store);
-    ``{}`` when it is missing or unreadable. Reads JSON only: it imports no mlflow."""
-    try:
-        info = json.loads((Path(sweep_dir) / res.SWEEP_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
 def sweep_parent(settings: StoreSettings, record: Mapping[str, Any]) -> str | None:
     """The parent run of the job's sweep (found or created, and remembered in the sweep
     file), when the job is part of a sweep that logs to the job's experiment."""
@@ -56,7 +45,7 @@ def sweep_parent(settings: StoreSettings, record: Mapping[str, Any]) -> str | No
     if not sweep.get("sweep_id"):
         return None
     sweep_dir = Path(sweep.get("dir", ""))
-    info = read_sweep_file(sweep_dir) if sweep.get("dir") else {}
+    info = res.read_sweep(sweep_dir) if sweep.get("dir") else {}
     if info.get("experiment", record["experiment"]) != record["experiment"]:
         return None
     if info.get("parent_run_id") and info.get("uri", settings.uri) == settings.uri:
