@@ -31,15 +31,8 @@ from numpy.typing import NDArray
 
 from pipeline.errors import InputError
 from pipeline.io.collection import Collection, load_unjudged
-from pipeline.judging.pool import (
-    judged_pairs,
-    labeling_config,
-    pool,
-    pool_summary,
-    run_file_rankings,
-    tasks,
-    write_pool,
-)
+from pipeline.judging.pool import (judged_pairs, labeling_config, pool, pool_summary, run_file_rankings, tasks,
+                                   write_pool)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -25,31 +25,7 @@ from pipeline.report.systems import (DEFAULT_METRICS, DEFAULT_TRACKING_URI, Syst
                                      parse_overrides)
 from pipeline.report.text import BEST, SIGNIFICANT, format_markdown, format_table
 
-__all__ = [
-    "BEST",
-    "CORRECTIONS",
-    "DEFAULT_METRICS",
-    "DEFAULT_TRACKING_URI",
-    "REPORT_FORMAT",
-    "SIGNIFICANT",
-    "TESTS",
-    "Report",
-    "System",
-    "build_report",
-    "compute_main_effects",
-    "end_sweep",
-    "find_baseline",
-    "format_markdown",
-    "format_table",
-    "load_system",
-    "load_systems",
-    "log_pending",
-    "log_report",
-    "parse_overrides",
-    "read_per_query",
-    "report_for_folders",
-    "summarize",
-    "sweep_description",
-    "swept_factors",
-    "write_report",
-]
+__all__ = ["BEST", "CORRECTIONS", "DEFAULT_METRICS", "DEFAULT_TRACKING_URI", "REPORT_FORMAT", "SIGNIFICANT", "TESTS",
+           "Report", "System", "build_report", "compute_main_effects", "end_sweep", "find_baseline", "format_markdown",
+           "format_table", "load_system", "load_systems", "log_pending", "log_report", "parse_overrides",
+           "read_per_query", "report_for_folders", "summarize", "sweep_description", "swept_factors", "write_report"]

@@ -28,62 +28,19 @@ Modules (import from here; they are the implementation):
 
 from __future__ import annotations
 
-from pipeline.tracking.credentials import (
-    CREDENTIAL_ENV,
-    auth_refusal,
-    http_status,
-    redact,
-)
+from pipeline.tracking.credentials import CREDENTIAL_ENV, auth_refusal, http_status, redact
 from pipeline.tracking.describe import run_description
 from pipeline.tracking.folder import FOLDER_LOCK_TIMEOUT_S, log_results
 from pipeline.tracking.log import RunRecord, log_run, log_table
-from pipeline.tracking.read import (
-    COMPARE_EXPERIMENT,
-    child_runs,
-    download_artifact,
-    experiment_runs,
-    get_run_info,
-    log_report,
-)
-from pipeline.tracking.store import (
-    STORE_LOCK_TIMEOUT_S,
-    StoreSettings,
-    TrackingError,
-    client,
-    ensure_store,
-    experiment_id,
-    folder_name,
-    new_store_note,
-    open_hint,
-    retrying,
-    runs_with_tags,
-    sqlite_path,
-    tracking_errors,
-    ui_url,
-    writing,
-)
-from pipeline.tracking.sweeps import (
-    finish_sweep,
-    start_sweep,
-    sweep_parent,
-)
-from pipeline.tracking.tags import (
-    EXPERIMENT_KIND,
-    SWEEP_TABLE_FILE,
-    TABLE_FILE,
-    TAG_EXPERIMENT_KIND,
-    TAG_GIT,
-    TAG_JOB_KEY,
-    TAG_LOGGED_ARTIFACTS,
-    TAG_NOTE,
-    TAG_OVERRIDES,
-    TAG_PARENT,
-    TAG_RUN_NAME,
-    TAG_SWEEP,
-    TAG_SWEEP_PARENT,
-    UI_WORKFLOW,
-    table_tag,
-)
+from pipeline.tracking.read import (COMPARE_EXPERIMENT, child_runs, download_artifact, experiment_runs, get_run_info,
+                                    log_report)
+from pipeline.tracking.store import (STORE_LOCK_TIMEOUT_S, StoreSettings, TrackingError, client, ensure_store,
+                                     experiment_id, folder_name, new_store_note, open_hint, retrying, runs_with_tags,
+                                     sqlite_path, tracking_errors, ui_url, writing)
+from pipeline.tracking.sweeps import finish_sweep, start_sweep, sweep_parent
+from pipeline.tracking.tags import (EXPERIMENT_KIND, SWEEP_TABLE_FILE, TABLE_FILE, TAG_EXPERIMENT_KIND, TAG_GIT,
+                                    TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT,
+                                    TAG_RUN_NAME, TAG_SWEEP, TAG_SWEEP_PARENT, UI_WORKFLOW, table_tag)
 
 __all__ = [
     "COMPARE_EXPERIMENT", "CREDENTIAL_ENV", "EXPERIMENT_KIND", "FOLDER_LOCK_TIMEOUT_S", "STORE_LOCK_TIMEOUT_S",

@@ -17,16 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pipeline.io import results as res
 from pipeline.tracking.describe import run_description
 from pipeline.tracking.log import RunRecord, log_run
-from pipeline.tracking.store import (
-    StoreSettings,
-    TrackingError,
-    client,
-    experiment_id,
-    retrying,
-    runs_with_tags,
-    tracking_errors,
-    writing,
-)
+from pipeline.tracking.store import (StoreSettings, TrackingError, client, experiment_id, retrying, runs_with_tags,
+                                     tracking_errors, writing)
 from pipeline.tracking.sweeps import sweep_parent
 from pipeline.tracking.tags import TAG_JOB_KEY, TAG_NOTE
 

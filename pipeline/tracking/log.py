@@ -19,19 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.tracking.store import (
-    StoreSettings,
-    client,
-    experiment_id,
-    retrying,
-    tracking_errors,
-)
-from pipeline.tracking.tags import (
-    TABLE_FILE,
-    TAG_LOGGED_ARTIFACTS,
-    TAG_PARENT,
-    table_tag,
-)
+from pipeline.tracking.store import StoreSettings, client, experiment_id, retrying, tracking_errors
+from pipeline.tracking.tags import TABLE_FILE, TAG_LOGGED_ARTIFACTS, TAG_PARENT, table_tag
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,16 +15,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError
-from pipeline.tracking.store import (
-    StoreSettings,
-    TrackingError,
-    client,
-    experiment_id,
-    retrying,
-    sqlite_path,
-    tracking_errors,
-    writing,
-)
+from pipeline.tracking.store import (StoreSettings, TrackingError, client, experiment_id, retrying, sqlite_path,
+                                     tracking_errors, writing)
 from pipeline.tracking.tags import TAG_PARENT, TAG_RUN_NAME, TAG_SWEEP_PARENT
 
 if TYPE_CHECKING:

@@ -15,24 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.io import results as res
 from pipeline.tracking.log import log_table
-from pipeline.tracking.store import (
-    StoreSettings,
-    client,
-    ensure_store,
-    experiment_id,
-    retrying,
-    runs_with_tags,
-    tracking_errors,
-    writing,
-)
-from pipeline.tracking.tags import (
-    SWEEP_TABLE_FILE,
-    TAG_LOGGED_ARTIFACTS,
-    TAG_NOTE,
-    TAG_SWEEP,
-    TAG_SWEEP_PARENT,
-    table_tag,
-)
+from pipeline.tracking.store import (StoreSettings, client, ensure_store, experiment_id, retrying, runs_with_tags,
+                                     tracking_errors, writing)
+from pipeline.tracking.tags import (SWEEP_TABLE_FILE, TAG_LOGGED_ARTIFACTS, TAG_NOTE, TAG_SWEEP, TAG_SWEEP_PARENT,
+                                    table_tag)
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -50,27 +50,7 @@ from pipeline.io.cache.rankings import RANKINGS, RankingArrays, load_or_compute_
 from pipeline.io.cache.store import HASH_ALGO, content_hash, file_hash, load_array, load_json, save_array, save_json
 from pipeline.io.cache.texts import TEXTS, TextEmbeddingStore, text_hashes
 
-__all__ = [
-    "ARRAYS",
-    "FILES",
-    "HASH_ALGO",
-    "RANKINGS",
-    "TEXTS",
-    "RankingArrays",
-    "TextEmbeddingStore",
-    "canonical",
-    "canonical_json",
-    "content_hash",
-    "digest",
-    "file_hash",
-    "load_array",
-    "load_json",
-    "load_or_build_file",
-    "load_or_compute_array",
-    "load_or_compute_ranking_arrays",
-    "ranking_problem",
-    "save_array",
-    "save_json",
-    "text_hashes",
-    "texts_digest",
-]
+__all__ = ["ARRAYS", "FILES", "HASH_ALGO", "RANKINGS", "TEXTS", "RankingArrays", "TextEmbeddingStore", "canonical",
+           "canonical_json", "content_hash", "digest", "file_hash", "load_array", "load_json", "load_or_build_file",
+           "load_or_compute_array", "load_or_compute_ranking_arrays", "ranking_problem", "save_array", "save_json",
+           "text_hashes", "texts_digest"]

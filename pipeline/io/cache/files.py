@@ -11,16 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io.cache.keys import canonical, digest
-from pipeline.io.cache.store import (
-    DamagedEntry,
-    LegacyEntry,
-    discard,
-    file_hash,
-    read_meta,
-    save_json,
-    stored_hash,
-    write_entry,
-)
+from pipeline.io.cache.store import (DamagedEntry, LegacyEntry, discard, file_hash, read_meta, save_json, stored_hash,
+                                     write_entry)
 
 log = logging.getLogger(__name__)
 

@@ -16,21 +16,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.io.cache.keys import canonical, digest
-from pipeline.io.cache.store import (
-    HASH_ALGO,
-    DamagedEntry,
-    LegacyEntry,
-    all_finite,
-    check_shape,
-    content_hash,
-    discard,
-    load_verified,
-    read_meta,
-    save_array,
-    save_json,
-    stored_hash,
-    write_entry,
-)
+from pipeline.io.cache.store import (HASH_ALGO, DamagedEntry, LegacyEntry, all_finite, check_shape, content_hash,
+                                     discard, load_verified, read_meta, save_array, save_json, stored_hash, write_entry)
 
 try:
     import xxhash

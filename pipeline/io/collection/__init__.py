@@ -25,31 +25,10 @@ from pipeline.io.collection.assemble import Parts, load_parts
 from pipeline.io.collection.base import REPORT_KEYS, Collection, DocRecord
 from pipeline.io.collection.filetexts import FileTexts
 from pipeline.io.collection.irds import load_ir_datasets
-from pipeline.io.collection.loaders import (
-    LAZY_TEXTS_MIN_BYTES,
-    SAMPLE_DIR,
-    load_beir,
-    load_sample,
-    load_trec,
-    load_unjudged,
-)
+from pipeline.io.collection.loaders import (LAZY_TEXTS_MIN_BYTES, SAMPLE_DIR, load_beir, load_sample, load_trec,
+                                            load_unjudged)
 from pipeline.io.collection.records import detect_format, read_corpus, read_queries
 
-__all__ = [
-    "Collection",
-    "DocRecord",
-    "FileTexts",
-    "LAZY_TEXTS_MIN_BYTES",
-    "Parts",
-    "REPORT_KEYS",
-    "SAMPLE_DIR",
-    "detect_format",
-    "load_beir",
-    "load_ir_datasets",
-    "load_parts",
-    "load_sample",
-    "load_trec",
-    "load_unjudged",
-    "read_corpus",
-    "read_queries",
-]
+__all__ = ["Collection", "DocRecord", "FileTexts", "LAZY_TEXTS_MIN_BYTES", "Parts", "REPORT_KEYS", "SAMPLE_DIR",
+           "detect_format", "load_beir", "load_ir_datasets", "load_parts", "load_sample", "load_trec", "load_unjudged",
+           "read_corpus", "read_queries"]

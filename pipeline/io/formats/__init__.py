@@ -46,43 +46,11 @@ from __future__ import annotations
 
 from pipeline.io.formats.arrow import arrow_array, from_numpy, to_numpy
 from pipeline.io.formats.parsing import WHITESPACE, split_fields
-from pipeline.io.formats.qrels import (
-    BEIR_QRELS_HEADER,
-    QrelsFile,
-    dedupe_judgments,
-    grade_line,
-    judgment_line,
-    read_qrels,
-)
-from pipeline.io.formats.runs import (
-    TIE_BREAK_ALIASES,
-    TIE_BREAKS,
-    TIE_BREAKS_WITHOUT_CORPUS,
-    RunFile,
-    check_writable_id,
-    read_run,
-    tie_break_rule,
-    write_run,
-)
+from pipeline.io.formats.qrels import (BEIR_QRELS_HEADER, QrelsFile, dedupe_judgments, grade_line, judgment_line,
+                                       read_qrels)
+from pipeline.io.formats.runs import (TIE_BREAK_ALIASES, TIE_BREAKS, TIE_BREAKS_WITHOUT_CORPUS, RunFile,
+                                      check_writable_id, read_run, tie_break_rule, write_run)
 
-__all__ = [
-    "BEIR_QRELS_HEADER",
-    "QrelsFile",
-    "RunFile",
-    "TIE_BREAKS",
-    "TIE_BREAKS_WITHOUT_CORPUS",
-    "TIE_BREAK_ALIASES",
-    "WHITESPACE",
-    "arrow_array",
-    "check_writable_id",
-    "dedupe_judgments",
-    "from_numpy",
-    "grade_line",
-    "judgment_line",
-    "read_qrels",
-    "read_run",
-    "split_fields",
-    "tie_break_rule",
-    "to_numpy",
-    "write_run",
-]
+__all__ = ["BEIR_QRELS_HEADER", "QrelsFile", "RunFile", "TIE_BREAKS", "TIE_BREAKS_WITHOUT_CORPUS", "TIE_BREAK_ALIASES",
+           "WHITESPACE", "arrow_array", "check_writable_id", "dedupe_judgments", "from_numpy", "grade_line",
+           "judgment_line", "read_qrels", "read_run", "split_fields", "tie_break_rule", "to_numpy", "write_run"]

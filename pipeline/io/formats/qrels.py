@@ -14,18 +14,8 @@ from numpy.typing import NDArray
 
 from pipeline.errors import InputError
 from pipeline.io.formats.arrow import from_numpy, to_numpy
-from pipeline.io.formats.parsing import (
-    clean_ids,
-    dictionary_codes,
-    field_lines,
-    first_line_of,
-    first_occurrence,
-    grade_problem,
-    has_duplicate,
-    is_int,
-    read_fast,
-    split_fields,
-)
+from pipeline.io.formats.parsing import (clean_ids, dictionary_codes, field_lines, first_line_of, first_occurrence,
+                                         grade_problem, has_duplicate, is_int, read_fast, split_fields)
 from pipeline.io.readers import first_text_line
 
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")

@@ -14,16 +14,8 @@ from numpy.typing import NDArray
 
 from pipeline.errors import InputError
 from pipeline.io.formats.arrow import to_numpy
-from pipeline.io.formats.parsing import (
-    clean_ids,
-    dictionary_codes,
-    field_lines,
-    first_line_of,
-    has_duplicate,
-    is_float,
-    read_fast,
-    split_fields,
-)
+from pipeline.io.formats.parsing import (clean_ids, dictionary_codes, field_lines, first_line_of, has_duplicate,
+                                         is_float, read_fast, split_fields)
 
 TIE_BREAKS = ("file_order", "doc_index", "docid_desc")  # see the docstring of pipeline.io.formats
 TIE_BREAKS_WITHOUT_CORPUS = ("file_order", "docid_desc")  # the rules a run and qrels alone allow
