@@ -57,10 +57,8 @@ def corpus() -> list[str]:
 @pytest.fixture(params=["dense", "sparse"])
 def ranking_path(request, monkeypatch) -> str:
     """search() ranks a small corpus through one dense [queries, documents] matrix and a large
-    one query by query over its hits (``_SPARSE_TOP_MIN_DOCS``): both must give the same ranking."""
-    import retrievers.bm25 as bm25
-
-    monkeypatch.setattr(bm25, "_SPARSE_TOP_MIN_DOCS", 10**9 if request.param == "dense" else 0)
+    one query by query over its hits (``sparse_top_min_docs``): both must give the same ranking."""
+    monkeypatch.setattr(BM25Retriever, "sparse_top_min_docs", 10**9 if request.param == "dense" else 0)
     return request.param
 
 
@@ -246,13 +244,13 @@ def test_empty_corpus_and_no_queries():
 
 
 def test_named_stop_word_lists_are_bm25s_lists():
-    """The vendored lists (retrievers/stopwords.json) are bm25s's, under every name bm25s knows."""
+    """The vendored lists (retrievers/bm25/stopwords.json) are bm25s's, under every name bm25s knows."""
     from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_GERMAN
     from bm25s.tokenization import _infer_stopwords
 
-    from retrievers.bm25 import _stopword_lists, resolve_stopwords
+    from retrievers.bm25 import resolve_stopwords, stopword_lists
 
-    aliases, lists = _stopword_lists()
+    aliases, lists = stopword_lists()
     assert len(lists) == 15
     for name in [*aliases, *lists]:
         assert resolve_stopwords(name) == (name, frozenset(_infer_stopwords(name))), name
@@ -269,37 +267,34 @@ def test_batched_indexing_builds_the_same_index_as_one_batch(corpus, method, mon
     """index() tokenizes a batch of documents at a time and renumbers terms at the end; the
     index must not depend on where the batches split (stems and stop words first seen in
     different batches, an all-stop-word document, an empty one)."""
-    import retrievers.bm25 as bm25
-
     docs = list(corpus) + ["", "Running RUNS run", "the a of"]
     whole = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
     whole.index([str(i) for i in range(len(docs))], docs)
     for batch in (1, 7, 64):
-        monkeypatch.setattr(bm25, "_INDEX_BATCH", batch)
+        monkeypatch.setattr(BM25Retriever, "index_batch", batch)
         part = BM25Retriever(k1=K1, b=B, method=method, delta=DELTA)
         part.index([str(i) for i in range(len(docs))], docs)
-        assert part._vocab == whole._vocab
-        assert (part._weights != whole._weights).nnz == 0 and part._weights.has_canonical_format
-        np.testing.assert_array_equal(part._weights.indptr, whole._weights.indptr)
-        np.testing.assert_array_equal(part._weights.indices, whole._weights.indices)
-        np.testing.assert_array_equal(part._weights.data, whole._weights.data)
+        assert part.weights.vocabulary == whole.weights.vocabulary
+        assert (part.weights.matrix != whole.weights.matrix).nnz == 0 and part.weights.matrix.has_canonical_format
+        np.testing.assert_array_equal(part.weights.matrix.indptr, whole.weights.matrix.indptr)
+        np.testing.assert_array_equal(part.weights.matrix.indices, whole.weights.matrix.indices)
+        np.testing.assert_array_equal(part.weights.matrix.data, whole.weights.matrix.data)
     # term ids are the order of the sorted tokens: a term's id is the rank of its smallest token
     analyzer = whole.analyzer
     tokens = sorted({t for toks in analyzer.split(docs) for t in toks})
     first_token = {}
     for token, term in analyzer.terms_of(tokens).items():
         if term is not None:
-            first_token.setdefault(whole._vocab[term], token)
-    ranks = [first_token[i] for i in range(len(whole._vocab)) if i in first_token]
-    assert ranks == sorted(ranks) and len(ranks) == len(whole._vocab)
+            first_token.setdefault(whole.weights.vocabulary[term], token)
+    vocab = whole.weights.vocabulary
+    ranks = [first_token[i] for i in range(len(vocab)) if i in first_token]
+    assert ranks == sorted(ranks) and len(ranks) == len(vocab)
 
 
 def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, monkeypatch, caplog):
     """index() spills each batch's postings to an unnamed temporary file; a full disk (no
     file) must give the same index, with a warning."""
     import tempfile
-
-    import retrievers.bm25 as bm25
 
     ids = [str(i) for i in range(len(corpus))]
     spilled = BM25Retriever()
@@ -309,14 +304,14 @@ def test_postings_kept_in_memory_when_no_temporary_file_can_be_written(corpus, m
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tempfile, "TemporaryFile", no_file)
-    monkeypatch.setattr(bm25, "_INDEX_BATCH", 64)
+    monkeypatch.setattr(BM25Retriever, "index_batch", 64)
     with caplog.at_level("WARNING", logger="retrievers.bm25"):
         held = BM25Retriever()
         held.index(ids, corpus)
     assert "cannot spill postings" in caplog.text and "No space left" in caplog.text
-    assert held._vocab == spilled._vocab
+    assert held.weights.vocabulary == spilled.weights.vocabulary
     for part in ("indptr", "indices", "data"):
-        np.testing.assert_array_equal(getattr(held._weights, part), getattr(spilled._weights, part))
+        np.testing.assert_array_equal(getattr(held.weights.matrix, part), getattr(spilled.weights.matrix, part))
 
 
 def test_vocabulary_lookups():
@@ -341,10 +336,8 @@ def test_postings_a_full_temporary_file_refused_stay_in_memory(corpus, monkeypat
     stay in memory; the index is the same."""
     import tempfile
 
-    import retrievers.bm25 as bm25
-
     ids = [str(i) for i in range(len(corpus))]
-    monkeypatch.setattr(bm25, "_INDEX_BATCH", 64)
+    monkeypatch.setattr(BM25Retriever, "index_batch", 64)
     here = BM25Retriever(method="bm25+")
     here.index(ids, corpus)
     real = tempfile.TemporaryFile
@@ -362,9 +355,9 @@ def test_postings_a_full_temporary_file_refused_stay_in_memory(corpus, monkeypat
     monkeypatch.setattr(tempfile, "TemporaryFile", Full)
     apart = BM25Retriever(method="bm25+")
     apart.index(ids, corpus)
-    assert apart._vocab == here._vocab
+    assert apart.weights.vocabulary == here.weights.vocabulary
     for part in ("indptr", "indices", "data"):
-        np.testing.assert_array_equal(getattr(apart._weights, part), getattr(here._weights, part))
+        np.testing.assert_array_equal(getattr(apart.weights.matrix, part), getattr(here.weights.matrix, part))
 
 
 def test_a_corpus_changed_under_the_index_is_an_input_error(tmp_path):

