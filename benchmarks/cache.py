@@ -13,7 +13,7 @@ I/O + hash cost.
 Two timings, each the median of ``--repeat`` runs (interleaved), verified vs unverified (the cache as it
 was before issue 9: compare the JSON key, ``np.load``):
 
-- load: ``DenseRetriever._cached_embeddings`` of the documents (key digest + JSON + load
+- load: ``DenseRetriever.cached_embeddings`` of the documents (key digest + JSON + load
   [+ verify]); the verification's share of the bare read.
 - hit: what a run with a warm embedding cache does, ``index()`` + ``search(depth=100)``
   (exact numpy search): documents and queries read [and verified], then searched. The 5%

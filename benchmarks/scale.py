@@ -352,8 +352,7 @@ def worker_dense(n_docs: int, n_queries: int, seed: int, hnsw: bool, ef_sweep: l
                                     "calibration_queries": settings.get("hnsw_calibration_queries")}}
     if hnsw:
         approx = DenseRetriever(**settings, index="hnsw", encoder=encoder)
-        approx.doc_embeddings = exact.doc_embeddings  # the same vectors; build the graph alone
-        approx._faiss_index = stages.run("hnsw_build", lambda: approx._build_faiss(exact.doc_embeddings))
+        stages.run("hnsw_build", lambda: approx.index_embeddings(exact.doc_embeddings))  # the same vectors
         found = stages.run("hnsw_search", lambda: approx.search(q_ids, q_texts, DEPTH)).doc_idx
         out["hnsw"]["recall_at_100"] = recall(found, truth)
         out["hnsw"]["calibration"] = approx.hnsw_calibration  # the efSearch the default chose, its sample recall

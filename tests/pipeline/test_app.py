@@ -47,13 +47,18 @@ def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedPro
 # --------------------------------------------------------------- every option runs
 
 
-def _options() -> list[tuple[str, str]]:
+#: Options whose run loads the neural encoder: in the full suite, not the quick subset.
+_ENCODER_OPTIONS = {("retriever", "dense"), ("retriever", "hybrid"), ("retriever", "hybrid_convex")}
+
+
+def _options() -> list:
     found = []
     for path in sorted(CONF.glob("*/*.yaml")):
         group = path.parent.name
         if group in ("hydra",):
             continue
-        found.append((group, path.stem))
+        marks = [pytest.mark.slow] if (group, path.stem) in _ENCODER_OPTIONS else []
+        found.append(pytest.param(group, path.stem, marks=marks, id=f"{group}-{path.stem}"))
     return found
 
 
@@ -111,6 +116,7 @@ def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypa
         assert metrics["ndcg_at_10"] > 0.3  # a real retriever, not noise
 
 
+@pytest.mark.slow
 def test_objective_and_bad_settings_fail_at_once(tmp_path):
     for args, words in [
         (["k=0"], "k must be >= 1, got k=0"),
@@ -139,6 +145,7 @@ def test_objective_and_bad_settings_fail_at_once(tmp_path):
 # --------------------------------------------------------------- MLflow contract
 
 
+@pytest.mark.slow
 def test_mlflow_contract(tmp_path, store):
     from mlflow import MlflowClient
 
@@ -266,6 +273,7 @@ def test_optuna_experiment_tunes_bm25(tmp_path, store):
     assert f"{best}"[:8] in optimization
 
 
+@pytest.mark.slow
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
     proc = sweep_cli(tmp_path, store, "k=0,5")
     assert proc.returncode == 2

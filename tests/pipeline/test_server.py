@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts a real mlflow server
+
 RUN_NAME = "bm25 k10"  # the default config's run name
 K_MAX = 20
 ARTIFACTS = {"plots/k_sweep.png", "run.trec", "per_query.csv", "definition_card.md", "config.yaml"}
