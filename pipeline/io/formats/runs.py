@@ -108,6 +108,8 @@ def _parse_run_slowly(path: Path) -> tuple[pa.Array, pa.Array, NDArray[np.float6
         docs.append(fields[2])
         scores.append(float(fields[4]))
         tag = tag or fields[5]
+    if not scores:  # every line blank by Python's whitespace (e.g. U+001C), which the byte-level check keeps
+        raise InputError("run file is empty", path)
     return pa.array(queries, pa.string()), pa.array(docs, pa.string()), np.array(scores, np.float64), tag
 
 
