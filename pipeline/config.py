@@ -128,12 +128,6 @@ class Settings:
             dataset=cfg.dataset, retriever=cfg.retriever, reorder=cfg.reorder, attention=cfg.attention,
             chunker=cfg.get("chunker"), config=cfg)
 
-    @property
-    def chunked(self) -> bool:
-        """Whether a chunker other than ``none`` is configured."""
-        target = str((self.chunker or {}).get("_target_", ""))
-        return bool(target) and not target.endswith("NoChunker")
-
 
 def check(cfg: DictConfig) -> None:
     """Cross-key checks, before any work: raises InputError with a clear message."""

