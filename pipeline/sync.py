@@ -39,7 +39,6 @@ def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, lis
             record = res.read_record(results)
             if record["tracking"] is None and uri is None:
                 continue  # a job run with tracking=none: logged only when asked (--tracking-uri)
-            _draw_missing_figures(results, record)
             run_id = tracking.log_results(results, _store(record, uri))
         except (tracking.TrackingError, InputError) as err:
             errors.append(f"{results}: {err}")
@@ -69,19 +68,6 @@ def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, lis
         except (tracking.TrackingError, InputError) as err:
             errors.append(f"{sweep_dir}: {err}")
     return logged, closed, errors
-
-
-def _draw_missing_figures(results: Path, record: dict[str, Any]) -> None:
-    """A folder from an earlier version, whose figures were left to a tracking process that
-    died, gets them from its record before it is logged."""
-    if res.has_plots(results):
-        return
-    import numpy as np
-
-    from pipeline.report.figures import save_run_figures
-
-    curves = {name.removeprefix("curve/"): np.asarray(values, np.float64) for name, values in record["curves"].items()}
-    save_run_figures(results / "plots", curves, int(record["k"]), record["run_name"])
 
 
 def _store(record: dict[str, Any], uri: str | None) -> tracking.StoreSettings:
