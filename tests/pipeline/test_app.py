@@ -316,3 +316,27 @@ def test_slurm_launcher_config_composes():
     assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert launcher.partition == "cpu" and launcher.cpus_per_task == 4 and launcher.timeout_min == 120
     assert str(launcher.submitit_folder).endswith("/.submitit/%j")
+
+
+@pytest.mark.slow
+def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, store):
+    """The sweep's end runs in the launching process, tracked or not: the same table, report
+    and figure (run ids and timings aside), and the same best job printed."""
+    import csv
+
+    outputs = {}
+    for name, tracking in (("tracked", [f"tracking.uri={store}"]), ("untracked", ["tracking=none"])):
+        proc = cli("-m", "k=3,5", "reorder=none,lost_in_the_middle", "objective=context_utility_at_10", *tracking,
+                   f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / name}",
+                   f"cache_dir={tmp_path / 'cache'}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = tmp_path / name / "summary"
+        with (summary / "sweep_table.csv").open() as fh:
+            rows = [{k: v for k, v in row.items() if k not in ("run_id", "time_total_s", "overrides")}
+                    for row in csv.DictReader(fh)]
+        report = json.loads((summary / "compare" / "report.json").read_text())
+        best = next(line for line in proc.stdout.splitlines() if line.startswith("best: "))
+        outputs[name] = (rows, report["tied_with_best"], report["n_comparisons"], best.split(" (")[0],
+                         sorted(p.name for p in summary.glob("*.png")))
+    assert outputs["tracked"] == outputs["untracked"]
+    assert len(outputs["tracked"][0]) == 4 and outputs["tracked"][4] == ["sweep_summary.png"]
