@@ -3,12 +3,8 @@
 A Ranking holds, for each query (row), the indices of the retrieved documents into the
 collection's ``doc_ids`` and their scores, best first: ordered by score descending, then by
 document index ascending (the project's tie rule). ``-1`` marks "nothing here" (a query
-that got fewer than ``depth`` results); its score is ``-inf``.
-
-The helpers that make Rankings live here, once: :func:`top_k` (a dense score matrix),
-:func:`rows_to_ranking` ((query, document, score) rows, as a run file or a fusion gives
-them), :func:`padded` (widen to a depth) and :func:`load_or_compute_ranking` (the on-disk
-cache of ``pipeline.io.cache``, which stores plain arrays).
+that got fewer than ``depth`` results); its score is ``-inf``. The helpers that make Rankings
+(from dense scores, from (query, document, score) rows, padded, cached on disk) live here, once.
 """
 
 from __future__ import annotations
@@ -31,9 +27,8 @@ class Ranking:
 
     def __post_init__(self) -> None:
         if self.doc_idx.shape != self.scores.shape or self.doc_idx.ndim != 2:
-            raise ValueError(
-                f"Ranking arrays must be 2-D and of one shape, got {self.doc_idx.shape} and {self.scores.shape}"
-            )
+            raise ValueError(f"Ranking arrays must be 2-D and of one shape, got {self.doc_idx.shape} "
+                             f"and {self.scores.shape}")
 
     @property
     def n_queries(self) -> int:
@@ -65,14 +60,8 @@ def padded(doc_idx: NDArray[np.integer], scores: NDArray[np.floating], depth: in
     return out
 
 
-def rows_to_ranking(
-    query: NDArray[np.integer],
-    doc: NDArray[np.integer],
-    scores: NDArray[np.floating],
-    n_queries: int,
-    depth: int | None = None,
-    tie: NDArray | None = None,
-) -> Ranking:
+def rows_to_ranking(query: NDArray[np.integer], doc: NDArray[np.integer], scores: NDArray[np.floating],
+                    n_queries: int, depth: int | None = None, tie: NDArray | None = None) -> Ranking:
     """(query, document, score) rows -> a Ranking [n_queries, depth], -1 / -inf padded.
 
     ``query`` holds row indices 0..n_queries-1 (drop other rows first), ``doc`` document
@@ -104,15 +93,9 @@ def rows_to_ranking(
     return out
 
 
-def load_or_compute_ranking(
-    cache_dir: str | Path | None,
-    key: Mapping[str, Any],
-    compute: Callable[[], Ranking],
-    *,
-    reuse_deeper: bool = False,
-    n_queries: int | None = None,
-    n_docs: int | None = None,
-) -> tuple[Ranking, bool]:
+def load_or_compute_ranking(cache_dir: str | Path | None, key: Mapping[str, Any], compute: Callable[[], Ranking], *,
+                            reuse_deeper: bool = False, n_queries: int | None = None,
+                            n_docs: int | None = None) -> tuple[Ranking, bool]:
     """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
 
     ``pipeline.io.cache.load_or_compute_ranking_arrays`` with Rankings: ``key`` holds the
@@ -127,9 +110,8 @@ def load_or_compute_ranking(
         computed.append(compute())
         return computed[0].doc_idx, computed[0].scores
 
-    (doc_idx, scores), hit = load_or_compute_ranking_arrays(
-        cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper, n_queries=n_queries, n_docs=n_docs
-    )
+    (doc_idx, scores), hit = load_or_compute_ranking_arrays(cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper,
+                                                            n_queries=n_queries, n_docs=n_docs)
     return (computed[0] if computed else Ranking(doc_idx, scores)), hit
 
 

@@ -67,9 +67,7 @@ def normalize_scores(ranking: Ranking, normalization: str) -> NDArray[np.float64
     return out
 
 
-def fuse(
-    rankings: Sequence[Ranking], contributions: Sequence[NDArray[np.float64]], depth: int
-) -> Ranking:
+def fuse(rankings: Sequence[Ranking], contributions: Sequence[NDArray[np.float64]], depth: int) -> Ranking:
     """Sum each document's contributions over the rankings, per query; keep the top ``depth``.
 
     Only documents present in at least one ranking are candidates. Fused scores are rounded
@@ -108,16 +106,8 @@ class HybridRetriever:
 
     prefix_stable = False  # with depth > candidate_depth the candidate lists grow with depth
 
-    def __init__(
-        self,
-        first: Retriever,
-        second: Retriever,
-        fusion: str = "rrf",
-        rrf_k: float = 60.0,
-        alpha: float = 0.5,
-        normalization: str = "minmax",
-        candidate_depth: int = 100,
-    ):
+    def __init__(self, first: Retriever, second: Retriever, fusion: str = "rrf", rrf_k: float = 60.0,
+                 alpha: float = 0.5, normalization: str = "minmax", candidate_depth: int = 100):
         if fusion not in FUSIONS:
             raise ValueError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
         if normalization not in NORMALIZATIONS:
@@ -137,13 +127,8 @@ class HybridRetriever:
         self.candidate_depth = int(candidate_depth)
 
     def cache_key(self) -> dict[str, Any]:
-        key: dict[str, Any] = {
-            "retriever": "hybrid",
-            "fusion": self.fusion,
-            "candidate_depth": self.candidate_depth,
-            "first": self.first.cache_key(),
-            "second": self.second.cache_key(),
-        }
+        key: dict[str, Any] = {"retriever": "hybrid", "fusion": self.fusion, "candidate_depth": self.candidate_depth,
+                               "first": self.first.cache_key(), "second": self.second.cache_key()}
         if self.fusion == "rrf":
             key["rrf_k"] = self.rrf_k
         else:

@@ -97,10 +97,8 @@ class RunFileRetriever:
         n_other_queries = len(pd.unique(run.query_ids[~asked])) if (~asked).any() else 0
         if n_unknown:
             examples = ", ".join(map(repr, pd.unique(run.doc_ids[unknown])[:3]))
-            log.warning(
-                "run %s: %d result lines name documents that are not in the corpus (e.g. %s); skipped",
-                self.path, n_unknown, examples,
-            )
+            log.warning("run %s: %d result lines name documents that are not in the corpus (e.g. %s); skipped",
+                        self.path, n_unknown, examples)
         if n_other_queries:
             log.info("run %s: %d queries are not among the collection's queries; ignored", self.path, n_other_queries)
 
@@ -117,9 +115,6 @@ class RunFileRetriever:
         n_empty = n_q - len(np.unique(q))
         if n_empty:
             log.info("run %s: %d of %d queries have no results in it", self.path, n_empty, n_q)
-        self.report = {
-            "run_unknown_docs": n_unknown,
-            "run_other_queries": n_other_queries,
-            "run_queries_without_results": n_empty,
-        }
+        self.report = {"run_unknown_docs": n_unknown, "run_other_queries": n_other_queries,
+                       "run_queries_without_results": n_empty}
         return ranking

@@ -46,8 +46,7 @@ def resolve_stopwords(stopwords: str | Sequence[str] | None) -> tuple[str | None
             raise ValueError(f"unknown stop word list {stopwords!r}: the lists are {', '.join(sorted(lists))} "
                              f"(or {', '.join(sorted(aliases))}), else give a list of words")
         return stopwords, frozenset(words)
-    words = frozenset(str(w).lower() for w in stopwords)
-    return None, words
+    return None, frozenset(str(w).lower() for w in stopwords)
 
 
 class Analyzer:
@@ -66,9 +65,8 @@ class Analyzer:
                 # each distinct token is stemmed once anyway: PyStemmer's cache only slows it down
                 self._stem_words = Stemmer.Stemmer(stemmer, maxCacheSize=0).stemWords
             except KeyError:
-                raise ValueError(
-                    f"unknown stemmer {stemmer!r}; PyStemmer knows {', '.join(Stemmer.algorithms())}"
-                ) from None
+                raise ValueError(f"unknown stemmer {stemmer!r}; PyStemmer knows "
+                                 f"{', '.join(Stemmer.algorithms())}") from None
 
     def split(self, texts: Sequence[str]) -> list[list[str]]:
         """Lower-cased regex tokens of each text (stop words still in)."""
@@ -90,13 +88,12 @@ class Analyzer:
 
 
 class Vocabulary:
-    """Term (stem) -> term id, compact: the terms in sorted order as one UTF-8 blob with
-    their offsets, and each one's id.
+    """Term (stem) -> term id, compact: the sorted terms as one UTF-8 blob with their offsets.
 
     A dict of a large vocabulary is many small Python objects, allocated among the corpus's
     tokens while indexing, so that freeing the tokens gives little back to the system. This
-    takes the terms' UTF-8 bytes plus 12 bytes a term. A lookup is a binary search over the
-    sorted terms (UTF-8 byte order is code point order), paid once per distinct query token.
+    takes the terms' bytes plus 12 bytes a term; a lookup is a binary search (UTF-8 byte order
+    is code point order), paid once per distinct query token.
     """
 
     def __init__(self, terms: Sequence[str], ids: Sequence[int]):

@@ -1,8 +1,8 @@
 """The BM25 retriever: index a corpus into a weight matrix, then rank by sparse products.
 
 A batch of queries is one sparse product ``Q @ W`` (``Q`` holds query term counts, so a
-term repeated in a query counts twice, as in bm25s and rank_bm25; ``W`` is ``weights``'s
-matrix), and the top of each row is kept: score desc, then document index asc. From a few
+term repeated in a query counts twice, as in bm25s and rank_bm25; ``W`` is
+``BM25Weights.matrix``), and the top of each row is kept: score desc, then document index asc. From a few
 thousand documents on (``BM25Retriever.sparse_top_min_docs``) each row's hits are ranked
 alone (``argpartition`` over the documents that match, then a sort of ``depth`` items); on
 a smaller corpus the rows go through ``base.top_k`` as one dense block. Both give the same
@@ -32,16 +32,13 @@ from numpy.typing import NDArray
 
 from retrievers.base import Ranking, top_k, top_of_row
 from retrievers.bm25.analysis import STOP_TERM, TOKEN_PATTERN, UNKNOWN_TERM, Analyzer
-from retrievers.bm25.postings import Spill, tokenize_corpus
-from retrievers.bm25.variants import VARIANTS, WITH_DELTA
-from retrievers.bm25.weights import BM25Weights, weigh
+from retrievers.bm25.index import VARIANTS, WITH_DELTA, BM25Weights, Spill, tokenize_corpus, weigh
 
 log = logging.getLogger(__name__)
 
 
 class BM25Retriever:
-    """BM25 family retriever (see the module docstring for the hit rule, ``variants`` for
-    the formulas).
+    """BM25 family retriever (the module docstring states the hit rule, ``index`` the formulas).
 
     Args:
         k1: term-frequency saturation.
@@ -61,15 +58,8 @@ class BM25Retriever:
     #: big numpy calls win on smaller corpora; see ``benchmarks/scale.py``)
     sparse_top_min_docs = 4_000
 
-    def __init__(
-        self,
-        k1: float = 1.2,
-        b: float = 0.75,
-        method: str = "lucene",
-        delta: float = 0.5,
-        stopwords: str | Sequence[str] | None = "en",
-        stemmer: str | None = "english",
-    ):
+    def __init__(self, k1: float = 1.2, b: float = 0.75, method: str = "lucene", delta: float = 0.5,
+                 stopwords: str | Sequence[str] | None = "en", stemmer: str | None = "english"):
         if method not in VARIANTS:
             raise ValueError(f"unknown BM25 method {method!r}; choose one of {', '.join(VARIANTS)}")
         if k1 < 0 or not 0 <= b <= 1:
@@ -89,27 +79,16 @@ class BM25Retriever:
         """Documents in the index (0 before index())."""
         return 0 if self.weights is None else self.weights.n_docs
 
-    # ------------------------------------------------------------------ protocol
-
     def cache_key(self) -> dict[str, Any]:
         stop = self.analyzer.stopwords_name
-        return {
-            "retriever": "bm25",
-            "k1": self.k1,
-            "b": self.b,
-            "method": self.method,
-            "delta": self.delta if self.method in WITH_DELTA else None,
-            "stopwords": stop if stop is not None else sorted(self.analyzer.stopwords),
-            "stemmer": self.analyzer.stemmer_name,
-            "token_pattern": TOKEN_PATTERN,
-        }
+        return {"retriever": "bm25", "k1": self.k1, "b": self.b, "method": self.method,
+                "delta": self.delta if self.method in WITH_DELTA else None,
+                "stopwords": stop if stop is not None else sorted(self.analyzer.stopwords),
+                "stemmer": self.analyzer.stemmer_name, "token_pattern": TOKEN_PATTERN}
 
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
-        """Tokenize the corpus and compute every (term, document) weight.
-
-        The postings go through a temporary file (``postings``), ``index_batch`` documents
-        at a time, and the weights straight into the CSR arrays (``weights``), so memory
-        peaks near the size of the index, not of the token stream."""
+        """Tokenize the corpus, ``index_batch`` documents at a time, and compute every (term,
+        document) weight; memory peaks near the size of the index (the ``index`` module)."""
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
         parts = Spill()
@@ -118,10 +97,8 @@ class BM25Retriever:
             self.weights = weigh(vocab, final, doc_len, parts, self.method, self.k1, self.b, self.delta)
         finally:
             parts.close()
-        log.info(
-            "BM25 (%s, k1=%g, b=%g) indexed %d documents, %d terms, %d postings",
-            self.method, self.k1, self.b, self.n_docs, len(vocab), self.weights.matrix.nnz,
-        )
+        log.info("BM25 (%s, k1=%g, b=%g) indexed %d documents, %d terms, %d postings",
+                 self.method, self.k1, self.b, self.n_docs, len(vocab), self.weights.matrix.nnz)
 
     def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
         """Top ``depth`` matching documents of every query, best first; ``-1`` pads."""
@@ -136,11 +113,7 @@ class BM25Retriever:
         if self.n_docs >= self.sparse_top_min_docs:
             return self._search_sparse(q, depth, chunk)
         parts = [self._search_dense(q[s : s + chunk], depth) for s in range(0, n_q, chunk)]
-        return Ranking(
-            np.concatenate([p.doc_idx for p in parts]), np.concatenate([p.scores for p in parts])
-        )
-
-    # ------------------------------------------------------------------ scores
+        return Ranking(np.concatenate([p.doc_idx for p in parts]), np.concatenate([p.scores for p in parts]))
 
     def query_matrix(self, query_texts: Sequence[str]) -> sp.csr_matrix:
         """[n_queries, n_terms] term counts of the queries (unknown terms dropped)."""
@@ -153,10 +126,8 @@ class BM25Retriever:
         flat = np.fromiter(map(ids.__getitem__, chain.from_iterable(split)), np.int64, count=int(lengths.sum()))
         rows = np.repeat(np.arange(len(split), dtype=np.int64), lengths)
         keep = flat >= 0
-        q = sp.csr_matrix(
-            (np.ones(int(keep.sum()), np.float32), (rows[keep], flat[keep])),
-            shape=(len(split), len(w.vocabulary)),
-        )
+        q = sp.csr_matrix((np.ones(int(keep.sum()), np.float32), (rows[keep], flat[keep])),
+                          shape=(len(split), len(w.vocabulary)))
         q.sum_duplicates()
         return q
 
@@ -184,8 +155,6 @@ class BM25Retriever:
             match = ((q > 0).astype(np.float32) @ w.presence).tocsr()
         return product, values, match
 
-    # ------------------------------------------------------------------ ranking
-
     def _search_dense(self, q: sp.csr_matrix, depth: int) -> Ranking:
         """The ranking of a chunk of queries through a dense [queries, documents] block."""
         n_q = q.shape[0]
@@ -210,9 +179,7 @@ class BM25Retriever:
     def _search_sparse(self, q: sp.csr_matrix, depth: int, chunk: int) -> Ranking:
         """The ranking of ``_search_dense`` (same scores, same order), built from each query's
         hits alone: an ``argpartition`` over the documents that match, not a dense row over
-        the whole corpus. On a large corpus, where most queries match a small part of it,
-        this does far less work and needs no [queries, documents] matrix (measured in
-        ``benchmarks/scale.py``); on a small one the dense path's few big numpy calls win."""
+        the whole corpus (see the module docstring)."""
         n_q = q.shape[0]
         out = Ranking.empty(n_q, depth)
         if depth == 0:

@@ -1,22 +1,34 @@
-"""Finding a sentence-transformers model and naming its weights, without loading it.
+"""Finding a sentence-transformers model, naming its weights, and loading it as an encoder.
 
 A model that is neither a local folder nor in the Hugging Face cache would make
-sentence-transformers try the hub, retrying every file at length when offline.
-:func:`resolve_model` decides first, without importing torch or huggingface_hub: the
-bundled model, a local folder, the cached snapshot of a hub id, or the hub id itself when
-the hub answers. :func:`model_identity` is what embedding cache keys hold of a model.
+sentence-transformers try the hub, retrying every file at length when offline, so
+:func:`resolve_model` decides first, without importing torch or huggingface_hub. ``torch``,
+``sentence_transformers`` and ``onnxruntime`` are imported only by the functions that need them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
 
 from pipeline.io.cache import digest
+from retrievers.dense.onnx import OnnxEncoder, onnx_model_file
 
 log = logging.getLogger(__name__)
+
+BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+class Encoder(Protocol):
+    """What the retriever needs of a model: texts in, one row of floats per text out."""
+
+    def encode(self, sentences: list[str], batch_size: int = ..., **kwargs: Any) -> Any: ...
 
 
 def default_model_path() -> str:
@@ -87,10 +99,6 @@ def hub_snapshot(model: str) -> Path | None:
     return None
 
 
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
 def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the hub (``HF_ENDPOINT``, default huggingface.co) answers a TCP connection
     within ``timeout_s`` (name resolution included). Behind an HTTPS proxy: assumed yes."""
@@ -145,22 +153,16 @@ def resolve_model(model: str | None) -> str:
         return str(snapshot)
     where = f"not a local folder and not in the Hugging Face cache ({hf_hub_cache()})"
     hint = "use a local model folder, or leave retriever.model unset for the bundled all-MiniLM-L6-v2"
-    if _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE"):
+    if any(os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+           for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         raise InputError(f"{setting}: {where}, and HF_HUB_OFFLINE is set; {hint}")
     if not hub_reachable():
         host = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
         raise InputError(f"{setting}: {where}, and {host} cannot be reached to download it; {hint}")
-    return _ask_the_hub(model, setting, where, hint)
-
-
-def _ask_the_hub(model: str, setting: str, where: str, hint: str) -> str:
-    """``model`` if the hub has it under one of its names (or cannot say), else InputError."""
     from huggingface_hub import model_info
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    from pipeline.errors import InputError
-
-    for name in hub_names(model):
+    for name in hub_names(model):  # the hub has it under one of its names, or cannot say
         try:
             model_info(name, timeout=10)
             return model
@@ -173,3 +175,70 @@ def _ask_the_hub(model: str, setting: str, where: str, hint: str) -> str:
             log.debug("could not ask the hub about %s: %s", name, err)
             return model
     raise InputError(f"{setting}: {where}, and the hub has no model of that name; {hint}")
+
+
+def stderr_is_terminal() -> bool:
+    """Whether standard error (where tqdm draws) is a terminal."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def load_encoder(model: str | None, *, backend: str, device: str, max_seq_length: int | None,
+                 identity: dict[str, Any], cache_dir: Path | None) -> Encoder:
+    """The sentence-transformers model ``model`` (None: the bundled one) on ``device``, or its
+    ONNX Runtime export for the ``onnx`` backends (built under ``cache_dir``, keyed by
+    ``identity``). The model is found first (``resolve_model``), before torch is imported,
+    so that a model that cannot be had fails at once."""
+    source = resolve_model(model)
+    from sentence_transformers import SentenceTransformer
+
+    st_device = None if device == "auto" else device
+    if backend != "torch":
+        try:
+            import onnx  # noqa: F401  (the export and the quantizer need it)
+            import onnxruntime  # noqa: F401
+        except ImportError as err:
+            from pipeline.errors import InputError
+
+            raise InputError(f"retriever.backend={backend} needs onnxruntime and onnx ({err}); "
+                             'install them with: pip install -e ".[onnx]"') from None
+        if st_device not in (None, "cpu"):
+            log.warning("dense: backend %s runs on the CPU (ONNX Runtime); device=%s ignored", backend, device)
+        st_device = "cpu"
+    log.info("loading sentence-transformers model %s on %s (backend %s)", source, st_device or "auto", backend)
+    loaded = SentenceTransformer(source, device=st_device)
+    if max_seq_length is not None:
+        loaded.max_seq_length = max_seq_length
+    if backend == "torch":
+        return loaded
+    return OnnxEncoder(loaded, onnx_model_file(loaded, identity, backend, cache_dir))
+
+
+def encode_texts(encoder: Encoder, texts: list[str], batch_size: int, bar: str | None = None) -> NDArray[np.float32]:
+    """``encoder``'s embeddings of ``texts`` as float32, unnormalized. With ``bar`` (its
+    label) and standard error a terminal, a bar counts passages and passages/s; never in
+    logs and pipes. The model's own bar is always off. With the bar, texts are encoded
+    longest first, one batch per call (the batches sentence-transformers forms itself)."""
+    settings = {"batch_size": batch_size, "show_progress_bar": False, "convert_to_numpy": True,
+                "normalize_embeddings": False}
+    if bar is None or not stderr_is_terminal():
+        return np.asarray(encoder.encode(texts, **settings), dtype=np.float32)
+    from tqdm import tqdm
+
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    out: NDArray[np.float32] | None = None
+    with tqdm(total=len(texts), unit=" passages", desc=bar, file=sys.stderr,
+              dynamic_ncols=True, leave=False, disable=False) as progress:
+        for start in range(0, len(texts), batch_size):
+            rows = order[start : start + batch_size]
+            emb = np.asarray(encoder.encode([texts[i] for i in rows], **settings), dtype=np.float32)
+            if emb.ndim != 2 or emb.shape[0] != len(rows):
+                raise ValueError(f"encoder returned shape {emb.shape} for {len(rows)} texts")
+            if out is None:
+                out = np.zeros((len(texts), emb.shape[1]), np.float32)
+            out[rows] = emb
+            progress.update(len(rows))
+    assert out is not None
+    return out

@@ -40,6 +40,7 @@ def export_onnx(model: Any, path: Path) -> None:
     it against PyTorch on a probe batch of another shape."""
     import warnings
 
+    import onnxruntime as ort
     import torch
 
     hf = model[0].auto_model.eval()
@@ -61,15 +62,6 @@ def export_onnx(model: Any, path: Path) -> None:
         torch.onnx.export(wrapped, tuple(example[n] for n in names), str(path), input_names=names,
                           output_names=["token_embeddings"], dynamic_axes=axes, opset_version=ONNX_OPSET,
                           dynamo=False)
-    _check_export(model, names, path)
-
-
-def _check_export(model: Any, names: list[str], path: Path) -> None:
-    """Raise unless the ONNX file at ``path`` gives ``model``'s token embeddings on a probe batch."""
-    import onnxruntime as ort
-    import torch
-
-    hf = model[0].auto_model
     probe = model.preprocess(["probe"] + ["a longer probe passage to check the export with " * 3] * 2)
     with torch.no_grad():
         want = hf(**{n: probe[n] for n in names}).last_hidden_state.numpy()
@@ -95,8 +87,7 @@ def quantize_int8(source: Path, path: Path) -> None:
 
 
 def onnx_model_file(model: Any, identity: dict[str, Any], backend: str, cache_dir: str | Path | None) -> Path:
-    """The ONNX file of ``backend`` for sentence-transformers ``model`` (whose identity is
-    ``identity``): built once, kept under ``cache_dir/files``, verified on every load."""
+    """The ONNX file of ``backend`` for sentence-transformers ``model`` (identified by ``identity``)."""
     import onnxruntime
     import torch
 

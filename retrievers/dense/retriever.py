@@ -1,19 +1,18 @@
 """The dense retriever: embed documents and queries with one model, rank by inner product.
 
 Embeddings are cached on disk (``cache_dir``, ``.npy`` files) under a key made of the
-model's identity (``model.model_identity``), the prefix, ``max_seq_length``, ``normalize``
+model's identity (``model.model_identity``), the backend (left out for ``torch``, so entries
+written before backends existed stay valid), the prefix, ``max_seq_length``, ``normalize``
 and a hash of the ids and texts: a second run on the same corpus does not encode it again,
 and editing one document re-encodes. ``batch_size`` and ``device`` are not part of the key
-(they change embeddings only at float rounding level).
+(they change embeddings only at float rounding level). Besides that per-corpus entry, every
+embedding is kept per text (``pipeline.io.cache.TextEmbeddingStore``, each text by the
+xxh3_128 of its prefixed text): a corpus that shares texts with one encoded before
+(re-chunking, an edited document) encodes only the texts it has not seen.
 
-Besides that per-corpus entry, every embedding is kept per text (``pipeline.io.cache.
-TextEmbeddingStore``: key = model identity, backend, ``max_seq_length``, ``normalize``; each
-text by the xxh3_128 of its prefixed text): a corpus that shares texts with one encoded
-before (re-chunking with another chunk size, an edited document) encodes only the texts it
-has not seen. ``text_cache_stats`` and the log say how many came from it.
-
-The backend is part of the embedding keys (for ``torch`` it is left out, so entries written
-before backends existed stay valid).
+Search: exact (chunks of queries times all documents, one float32 matrix product each, then
+``base.top_k``), faiss ``IndexFlatIP`` (also exact) or ``IndexHNSWFlat`` (Malkov & Yashunin
+2018, approximate); every path ends in :func:`rescored`.
 """
 
 from __future__ import annotations
@@ -27,13 +26,92 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.io.cache import TextEmbeddingStore, load_or_compute_array, text_hashes, texts_digest
-from retrievers.base import Ranking, top_k
-from retrievers.dense.encoding import BACKENDS, Encoder, encode_texts, load_encoder
-from retrievers.dense.model import default_model_path, model_identity
-from retrievers.dense.search import (FAISS_MARGIN, INDEXES, build_faiss_index, calibrate_ef_search, exact_search,
-                                     faiss_search)
+from retrievers.base import Ranking, padded, top_k
+from retrievers.dense.model import BACKENDS, Encoder, default_model_path, encode_texts, load_encoder, model_identity
 
 log = logging.getLogger(__name__)
+
+MAX_DENSE_CELLS = 1 << 24  # queries x documents scored at once (64 MiB of float32)
+FAISS_MARGIN = 16  # extra candidates asked for, so that ties at the cut-off are resolved by index
+INDEXES = ("exact", "flat", "hnsw")
+
+
+def exact_search(queries: NDArray[np.float32], docs: NDArray[np.float32], depth: int) -> Ranking:
+    """Exact top ``depth`` by inner product: chunks of queries x all documents, then top_k."""
+    n_q, n_d = queries.shape[0], docs.shape[0]
+    if n_q == 0 or n_d == 0:
+        return top_k(np.zeros((n_q, 0), np.float32), depth)
+    chunk = max(1, MAX_DENSE_CELLS // n_d)
+    wide = min(n_d, depth + FAISS_MARGIN)
+    parts = [top_k(queries[s : s + chunk] @ docs.T, wide) for s in range(0, n_q, chunk)]
+    return rescored(queries, docs, np.concatenate([p.doc_idx for p in parts]), depth)
+
+
+def rescored(queries: NDArray[np.float32], docs: NDArray[np.float32], candidates: NDArray[np.int64],
+             depth: int) -> Ranking:
+    """The top ``depth`` of each query's candidates (-1 = none), scored one dot product per
+    pair: score descending, then document index ascending. A matrix product (BLAS, faiss) may
+    give identical documents scores that differ in the last bit depending on their position;
+    rescoring pair by pair makes them tie exactly, so exact search and faiss agree."""
+    found = np.where(candidates >= 0, candidates, 0)
+    scores = np.einsum("qd,qkd->qk", queries, docs[found], dtype=np.float32)
+    scores = np.where(candidates >= 0, scores, -np.inf).astype(np.float32)
+    order = np.lexsort((np.where(candidates >= 0, candidates, np.iinfo(np.int64).max), -scores), axis=1)[:, :depth]
+    ranking = padded(np.take_along_axis(candidates, order, axis=1), np.take_along_axis(scores, order, axis=1), depth)
+    ranking.scores[ranking.doc_idx < 0] = -np.inf
+    return Ranking(np.ascontiguousarray(ranking.doc_idx), np.ascontiguousarray(ranking.scores))
+
+
+def recall_against(found: NDArray[np.int64], truth: NDArray[np.int64]) -> float:
+    """Mean over queries of |found & truth| / |truth| (-1 pads ignored; an empty truth counts 1)."""
+    values = []
+    for f, t in zip(found, truth):
+        t_set = set(t[t >= 0].tolist())
+        values.append(len(t_set & set(f[f >= 0].tolist())) / len(t_set) if t_set else 1.0)
+    return float(np.mean(values)) if values else 1.0
+
+
+def build_faiss_index(docs: NDArray[np.float32], kind: str, hnsw_m: int = 32, hnsw_ef_construction: int = 200) -> Any:
+    """A faiss inner-product index of ``docs``: ``flat`` (exact) or ``hnsw`` (approximate)."""
+    import faiss
+
+    dim = docs.shape[1]
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = hnsw_ef_construction
+    else:
+        raise ValueError(f"unknown faiss index {kind!r}; choose flat or hnsw")
+    index.add(docs)
+    return index
+
+
+def faiss_search(index: Any, queries: NDArray[np.float32], docs: NDArray[np.float32], depth: int, k: int) -> Ranking:
+    """The top ``depth`` of the ``k`` candidates ``index`` finds for each query, rescored."""
+    return rescored(queries, docs, index.search(queries, k)[1].astype(np.int64), depth)
+
+
+def calibrate_ef_search(index: Any, queries: NDArray[np.float32], docs: NDArray[np.float32], depth: int, k: int,
+                        ef: int, target_recall: float, max_queries: int) -> dict[str, Any]:
+    """The smallest efSearch of ef, 2 ef, 4 ef... (up to the corpus size) whose recall@depth
+    against exact search, on up to ``max_queries`` of the queries (evenly spaced), reaches
+    ``target_recall``. Leaves ``index`` at that efSearch and returns
+    ``{"ef_search", "recall", "queries", "depth"}`` (logged; a warning if the target is missed)."""
+    n_d, n_q = docs.shape[0], queries.shape[0]
+    rows = np.unique(np.linspace(0, n_q - 1, min(n_q, max_queries)).round().astype(np.int64))
+    sample = np.ascontiguousarray(queries[rows])
+    truth = exact_search(sample, docs, depth).doc_idx
+    while True:
+        index.hnsw.efSearch = ef
+        recall = recall_against(faiss_search(index, sample, docs, depth, k).doc_idx, truth)
+        if recall >= target_recall or ef >= n_d:
+            break
+        ef = min(2 * ef, max(n_d, k))
+    level = logging.INFO if recall >= target_recall else logging.WARNING
+    log.log(level, "dense: HNSW efSearch %d: recall@%d %.4f against exact search on %d of the queries "
+            "(target %.4g)", ef, depth, recall, len(rows), target_recall)
+    return {"ef_search": ef, "recall": recall, "queries": len(rows), "depth": depth}
 
 
 class DenseRetriever:
@@ -58,36 +136,30 @@ class DenseRetriever:
             and with HNSW; efSearch starts at ``hnsw_ef_search`` and doubles until their
             recall@depth reaches the target (or efSearch reaches the corpus size). The
             efSearch used and the recall measured are logged and kept in
-            ``hnsw_calibration``. A fixed efSearch does not carry over between corpora:
-            1024 gives recall@100 0.99998 on random unit 384-d vectors at 10k documents but
-            0.850 at 100k (``benchmarks/scale.py``).
+            ``hnsw_calibration``. A fixed efSearch does not carry over between corpora
+            (``benchmarks/README.md``).
         cache_dir: where embeddings are cached (None = no cache).
         encoder: an object with ``encode(texts, batch_size=..., **kwargs) -> array`` used
             instead of loading ``model`` (tests, custom models). Its ``cache_key()`` (if it
             has one) identifies it in cache keys, else its class name.
     """
 
-    def __init__(
-        self,
-        model: str | None = None,
-        batch_size: int = 64,
-        max_seq_length: int | None = None,
-        query_prefix: str = "",
-        doc_prefix: str = "",
-        normalize: bool = True,
-        device: str = "cpu",
-        show_progress_bar: bool = False,
-        backend: str = "torch",
-        index: str = "exact",
-        hnsw_m: int = 32,
-        hnsw_ef_construction: int = 200,
-        hnsw_ef_search: int = 1024,
-        hnsw_target_recall: float | None = 0.99,
-        hnsw_calibration_queries: int = 100,
-        cache_dir: str | Path | None = None,
-        encoder: Encoder | None = None,
-    ):
-        _check_settings(index, batch_size, backend, hnsw_target_recall, hnsw_calibration_queries)
+    def __init__(self, model: str | None = None, batch_size: int = 64, max_seq_length: int | None = None,
+                 query_prefix: str = "", doc_prefix: str = "", normalize: bool = True, device: str = "cpu",
+                 show_progress_bar: bool = False, backend: str = "torch", index: str = "exact", hnsw_m: int = 32,
+                 hnsw_ef_construction: int = 200, hnsw_ef_search: int = 1024,
+                 hnsw_target_recall: float | None = 0.99, hnsw_calibration_queries: int = 100,
+                 cache_dir: str | Path | None = None, encoder: Encoder | None = None):
+        if index not in INDEXES:
+            raise ValueError(f"unknown dense index {index!r}; choose one of {', '.join(INDEXES)}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown dense backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if hnsw_target_recall is not None and not 0 < float(hnsw_target_recall) <= 1:
+            raise ValueError(f"hnsw_target_recall must be in (0, 1] or null, got {hnsw_target_recall}")
+        if int(hnsw_calibration_queries) < 1:
+            raise ValueError(f"hnsw_calibration_queries must be >= 1, got {hnsw_calibration_queries}")
         self.model = model
         self.batch_size = int(batch_size)
         self.max_seq_length = None if max_seq_length is None else int(max_seq_length)
@@ -123,13 +195,6 @@ class DenseRetriever:
         """Whether search(depth=d) is the first d columns of search(depth=D > d)."""
         return self.index_type != "hnsw"
 
-    # ------------------------------------------------------------------ identity
-
-    @property
-    def model_path(self) -> str:
-        """The model's folder or hub name (the bundled model's folder for None)."""
-        return default_model_path() if self.model is None else str(self.model)
-
     def model_identity(self) -> dict[str, Any]:
         """What identifies the model's weights (or the caller's encoder) in cache keys."""
         if self._identity is None:
@@ -138,7 +203,7 @@ class DenseRetriever:
                 enc = type(self._encoder)
                 self._identity = {"encoder": key() if callable(key) else f"{enc.__module__}.{enc.__qualname__}"}
             else:
-                self._identity = model_identity(self.model_path)
+                self._identity = model_identity(default_model_path() if self.model is None else str(self.model))
         return self._identity
 
     def _embedding_settings(self) -> dict[str, Any]:
@@ -148,20 +213,13 @@ class DenseRetriever:
         return settings
 
     def cache_key(self) -> dict[str, Any]:
-        key = {
-            "retriever": "dense",
-            **self._embedding_settings(),
-            "query_prefix": self.query_prefix,
-            "doc_prefix": self.doc_prefix,
-            "index": self.index_type,
-        }
+        key = {"retriever": "dense", **self._embedding_settings(), "query_prefix": self.query_prefix,
+               "doc_prefix": self.doc_prefix, "index": self.index_type}
         if self.index_type == "hnsw":
             key["hnsw"] = [self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search]
             if self.hnsw_target_recall is not None:
                 key["hnsw_target_recall"] = [self.hnsw_target_recall, self.hnsw_calibration_queries]
         return key
-
-    # ------------------------------------------------------------------ encoding
 
     def encode(self, texts: Sequence[str], prefix: str = "") -> NDArray[np.float32]:
         """Embed ``texts`` (with ``prefix``), float32 [len(texts), dim], L2-normalized if set."""
@@ -179,8 +237,7 @@ class DenseRetriever:
         if emb.ndim != 2 or emb.shape[0] != len(texts):
             raise ValueError(f"encoder returned shape {emb.shape} for {len(texts)} texts")
         if self.normalize:
-            norms = np.linalg.norm(emb, axis=1, keepdims=True)
-            emb = emb / np.maximum(norms, 1e-12)
+            emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(emb, dtype=np.float32)
 
     def text_store(self) -> TextEmbeddingStore | None:
@@ -218,24 +275,17 @@ class DenseRetriever:
         # The text cache is keyed by the model's identity and verified: its dim is the model's
         # (so a corpus entry of another dim is refused, as after an encoding).
         self._encoded_dim = int(emb.shape[1])
-        stats = {"texts": len(texts), "from_text_cache": int(found.sum()), "encoded": len(first)}
-        self.text_cache_stats[role] = stats
+        self.text_cache_stats[role] = {"texts": len(texts), "from_text_cache": int(found.sum()), "encoded": len(first)}
         log.info("dense: %d %s texts: %d from the text cache (%d shards read), %d encoded", len(texts), role,
-                 stats["from_text_cache"], shards, stats["encoded"])
+                 int(found.sum()), shards, len(first))
         return emb
 
     def cached_embeddings(self, role: str, ids: Sequence[str], texts: Sequence[str],
                           prefix: str) -> NDArray[np.float32]:
         """The embeddings of ``texts`` (``role``: ``docs`` or ``queries``) from the per-corpus
         cache entry, else from the text cache and the model (then stored)."""
-        key = {
-            "kind": "dense_embeddings",
-            "role": role,
-            **self._embedding_settings(),
-            "prefix": prefix,
-            "texts": texts_digest(ids, texts),
-            "n": len(texts),
-        }
+        key = {"kind": "dense_embeddings", "role": role, **self._embedding_settings(), "prefix": prefix,
+               "texts": texts_digest(ids, texts), "n": len(texts)}
         # The embedding dim is the model's once it encoded anything, else that of the document
         # embeddings (for the queries); before either, a cached entry must still be 2-D with
         # one row per text and finite (its content hash vouches for the rest).
@@ -244,15 +294,12 @@ class DenseRetriever:
             dim = int(self.doc_embeddings.shape[1])
         shape = (len(texts), dim if texts else None)
         self.text_cache_stats.pop(role, None)
-        emb, hit = load_or_compute_array(
-            self.cache_dir, key, lambda: self._encode_unseen(role, texts, prefix), shape=shape, finite=True
-        )
+        emb, hit = load_or_compute_array(self.cache_dir, key, lambda: self._encode_unseen(role, texts, prefix),
+                                         shape=shape, finite=True)
         self.last_cache_hits[role] = hit
         if hit:
             log.info("dense: %d %s embeddings read from the cache", len(texts), role)
         return np.ascontiguousarray(emb, dtype=np.float32)
-
-    # ------------------------------------------------------------------ protocol
 
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
         """Embed the corpus (or read its embeddings from the cache) and build the index."""
@@ -289,30 +336,12 @@ class DenseRetriever:
         if self.faiss_index is None:
             return exact_search(queries, self.doc_embeddings, depth)
         k = min(n_d, depth + FAISS_MARGIN)
-        if self.index_type == "hnsw":
-            self.faiss_index.hnsw.efSearch = self._ef_search(queries, depth, k)
+        if self.index_type == "hnsw":  # hnsw_ef_search (at least k), raised by calibration when it is on
+            ef = max(self.hnsw_ef_search, k)
+            if self.hnsw_target_recall is not None:
+                self.hnsw_calibration = calibrate_ef_search(self.faiss_index, queries, self.doc_embeddings, depth, k,
+                                                            ef, self.hnsw_target_recall, self.hnsw_calibration_queries)
+                ef = self.hnsw_calibration["ef_search"]
+            self.faiss_index.hnsw.efSearch = ef
         return faiss_search(self.faiss_index, queries, self.doc_embeddings, depth, k)
 
-    def _ef_search(self, queries: NDArray[np.float32], depth: int, k: int) -> int:
-        """HNSW's efSearch for this search: ``hnsw_ef_search`` (at least ``k``), raised by
-        calibration until ``hnsw_target_recall`` is reached when that is set."""
-        ef = max(self.hnsw_ef_search, k)
-        if self.hnsw_target_recall is None:
-            return ef
-        self.hnsw_calibration = calibrate_ef_search(self.faiss_index, queries, self.doc_embeddings, depth, k, ef,
-                                                    self.hnsw_target_recall, self.hnsw_calibration_queries)
-        return self.hnsw_calibration["ef_search"]
-
-
-def _check_settings(index: str, batch_size: int, backend: str, hnsw_target_recall: float | None,
-                    hnsw_calibration_queries: int) -> None:
-    if index not in INDEXES:
-        raise ValueError(f"unknown dense index {index!r}; choose one of {', '.join(INDEXES)}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown dense backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if hnsw_target_recall is not None and not 0 < float(hnsw_target_recall) <= 1:
-        raise ValueError(f"hnsw_target_recall must be in (0, 1] or null, got {hnsw_target_recall}")
-    if int(hnsw_calibration_queries) < 1:
-        raise ValueError(f"hnsw_calibration_queries must be >= 1, got {hnsw_calibration_queries}")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-import retrievers.dense.search as dense_search
+import retrievers.dense.retriever as dense_retriever
 from retrievers.dense import DenseRetriever, exact_search
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -84,7 +84,7 @@ def brute_force(q: np.ndarray, d: np.ndarray, depth: int) -> tuple[np.ndarray, n
 
 @pytest.mark.parametrize("depth", [1, 7, 100, 300])
 def test_exact_search_equals_brute_force_with_ties(corpus, queries, depth, monkeypatch):
-    monkeypatch.setattr(dense_search, "MAX_DENSE_CELLS", 250 * 6)  # force several query chunks
+    monkeypatch.setattr(dense_retriever, "MAX_DENSE_CELLS", 250 * 6)  # force several query chunks
     r = DenseRetriever(encoder=HashEncoder(), normalize=False)  # integer scores: exact ties
     r.index(ids(len(corpus)), corpus)
     got = r.search(ids(len(queries), "q"), queries, depth)

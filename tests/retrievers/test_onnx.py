@@ -18,7 +18,7 @@ import pytest
 from test_scifact import per_query_ndcg_at_10
 
 import retrievers.dense as dense_mod
-import retrievers.dense.encoding as dense_encoding
+import retrievers.dense.model as dense_model
 from pipeline.io.cache import TextEmbeddingStore, content_hash, load_or_build_file, text_hashes
 from pipeline.stats import bootstrap_ci
 from retrievers.dense import DenseRetriever
@@ -176,7 +176,7 @@ def test_rechunking_encodes_only_chunks_not_seen_before(tmp_path):
 
 @pytest.mark.parametrize("terminal", [True, False])
 def test_progress_bar_with_passages_per_second_on_a_terminal_only(terminal, monkeypatch, capsys):
-    monkeypatch.setattr(dense_encoding, "stderr_is_terminal", lambda: terminal)
+    monkeypatch.setattr(dense_model, "stderr_is_terminal", lambda: terminal)
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     texts = [" ".join(["w"] * n) for n in (3, 9, 1, 7, 5)]
     with_bar = DenseRetriever(encoder=CountingEncoder(), batch_size=2, show_progress_bar=True)
