@@ -5,10 +5,6 @@ weight of slot ``i`` (higher = the generator uses that slot more). Only ratios o
 matter to ``context_utility`` (it divides by the best achievable sum under the same curve),
 so curves are not normalised. The config group ``conf/attention`` registers each one with
 ``_partial_: true``, so ``hydra.utils.instantiate(cfg.attention)`` gives a callable ``curve(k)``.
-
-A computing module: bad arguments raise ``ValueError`` (the stages that call it with the
-user's settings turn that into ``InputError``). :func:`check_k` is the project's one check
-of K, the number of context slots, shared with ``pipeline.context.placement``.
 """
 
 from __future__ import annotations
@@ -18,12 +14,10 @@ import functools
 import numpy as np
 from numpy.typing import NDArray
 
-# Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts" (TACL 2024,
-# arXiv:2307.03172), multi-document QA with 20 total retrieved documents, GPT-3.5-Turbo
-# (0613): accuracy by position of the answer document (Table 6, Appendix G; Figure 5).
-# 75.8 / 53.8 / 63.2 at positions 1 / 10 / 20 are the numbers quoted in docs/metrics.md ("Context placement");
-# 57.2 / 55.4 at positions 5 / 15 are the same table's, as reproduced in a structured
-# summary of the paper (TACL 2024 vol. 12 pp. 157-173).
+# Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts" (TACL 2024, arXiv:2307.03172),
+# GPT-3.5-Turbo (0613), 20 documents: accuracy by position of the answer document (Table 6, Appendix G; Figure 5;
+# see liu2023). 57.2 / 55.4 at positions 5 / 15 are the same table's, as reproduced in a structured summary of
+# the paper (TACL 2024 vol. 12 pp. 157-173).
 LIU2023_POSITIONS: NDArray[np.float64] = np.array([1.0, 5.0, 10.0, 15.0, 20.0])
 LIU2023_ACCURACY: NDArray[np.float64] = np.array([0.758, 0.572, 0.538, 0.554, 0.632])
 LIU2023_N_DOCUMENTS = 20
@@ -45,9 +39,7 @@ def check_k(k: int, *, empty_ok: bool = False) -> int:
 
 def _slot_fraction(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
     """(i - 1) / (k - 1) for slots i = 1..k: 0 at the first slot, 1 at the last (k = 1: [0]).
-
-    ``slots`` (0-based, each < k): only those slots, in that order; every slot when None.
-    """
+    ``slots`` (0-based, each < k): only those slots, in that order; every slot when None."""
     i = np.arange(k, dtype=np.float64) if slots is None else np.asarray(slots, dtype=np.float64)
     if k == 1:
         return np.zeros(len(i))
@@ -88,15 +80,8 @@ def log(k: int, slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
     return 1.0 / np.log2(i + 2.0)
 
 
-def u_shape(
-    k: int,
-    start: float = 1.0,
-    end: float = 0.85,
-    floor: float = 0.7,
-    power: float = 2.0,
-    center: float = 0.5,
-    slots: NDArray[np.int64] | None = None,
-) -> NDArray[np.float64]:
+def u_shape(k: int, start: float = 1.0, end: float = 0.85, floor: float = 0.7, power: float = 2.0, center: float = 0.5,
+            slots: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
     """A parametric U: high at both ends of the context, lowest at ``center``.
 
     With x = (i - 1) / (k - 1) the relative slot position (x = 0 for k = 1) and c = center:
@@ -117,9 +102,7 @@ def u_shape(
     if not floor > 0:
         raise ValueError(f"attention u_shape: floor must be > 0, got {floor}")
     if not (start >= floor and end >= floor):
-        raise ValueError(
-            f"attention u_shape: start ({start}) and end ({end}) must be >= floor ({floor})"
-        )
+        raise ValueError(f"attention u_shape: start ({start}) and end ({end}) must be >= floor ({floor})")
     if not power > 0:
         raise ValueError(f"attention u_shape: power must be > 0, got {power}")
     if not 0 < center < 1:
@@ -150,6 +133,5 @@ def unwrap(fn: object) -> tuple[object, dict]:
 
 
 def is_valley(curve: object) -> bool:
-    """True when ``curve`` is one of :data:`VALLEY_CURVES`, bare or as a functools.partial
-    with keyword parameters (what Hydra's ``_partial_: true`` gives)."""
+    """True when ``curve`` is one of :data:`VALLEY_CURVES`, bare or wrapped as :func:`unwrap` unwraps."""
     return unwrap(curve)[0] in VALLEY_CURVES

@@ -1,9 +1,8 @@
 """Chunks of long documents: windows, ids, folding a chunk ranking into a document ranking,
 context metrics on the placed chunks and token budgets.
 
-A computing module (numpy and the standard library only; tokenizers and chunking libraries
-are called by ``pipeline.chunkers``, which hands this module plain arrays). Bad values raise
-``ValueError``.
+Tokenizers and chunking libraries are called by ``pipeline.chunkers``, which hands this module
+plain arrays.
 
 Conventions (docs/metrics.md, "Chunked and budgeted runs"; the definition card):
 
@@ -34,9 +33,6 @@ from pipeline.metrics import gain_values
 FOLDS = ("maxp", "firstp", "sump")
 #: The rule of chunk ids: document id, this separator, chunk number from 0.
 SEPARATOR = "#"
-
-
-# --------------------------------------------------------------------------- windows and ids
 
 
 def token_windows(word_start: Sequence[bool] | NDArray[np.bool_], size: int, overlap: int) -> list[tuple[int, int]]:
@@ -114,9 +110,6 @@ def chunk_numbers(doc_of_chunk: NDArray[np.integer]) -> NDArray[np.int64]:
     return np.arange(len(doc_of_chunk)) - group_start
 
 
-# --------------------------------------------------------------------------- folding
-
-
 def fold(chunk_idx: NDArray[np.integer], chunk_scores: NDArray[np.floating], doc_of_chunk: NDArray[np.integer],
          depth: int, method: str = "maxp") -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """A chunk ranking [n_queries, chunk depth] (-1 = nothing) folded into a document ranking
@@ -165,9 +158,6 @@ def fold(chunk_idx: NDArray[np.integer], chunk_scores: NDArray[np.floating], doc
     return out_idx, out_scores
 
 
-# --------------------------------------------------------------------------- context metrics
-
-
 def chunk_ideal_counts(judged_doc_idx: NDArray[np.integer], chunks_per_doc: NDArray[np.integer]) -> NDArray[np.int64]:
     """How many chunks each judgment stands for in the ideal context: its document's number
     of chunks, and 1 for a judged document missing from the corpus (as R counts it)."""
@@ -212,9 +202,6 @@ def _columns(array: NDArray, width: int) -> NDArray:
     if array.shape[1] >= width:
         return array[:, :width]
     return np.pad(array, ((0, 0), (0, width - array.shape[1])))
-
-
-# --------------------------------------------------------------------------- token budgets
 
 
 def fit_budget(chunk_tokens: NDArray[np.integer], budget: int) -> NDArray[np.int64]:

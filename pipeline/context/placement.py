@@ -9,11 +9,8 @@ reads it.
 ``place`` applies a strategy to a ranking; ``context_utility`` scores the placed order
 under an attention curve (docs/metrics.md, "Context placement": context utility).
 Retrieval metrics are computed on the ranking before placement; placement only permutes
-the top K, so counts of relevant chunks (precision, recall) are unchanged by it.
-
-A computing module: bad arguments raise ``ValueError`` (the stages that call it with the
-user's settings turn that into ``InputError``). K is checked by ``attention.check_k``;
-placements accept K = 0 (the empty context).
+the top K, so counts of relevant chunks (precision, recall) are unchanged by it. Placements
+accept K = 0 (the empty context).
 """
 
 from __future__ import annotations
@@ -55,9 +52,7 @@ def lost_in_the_middle(k: int, weights: NDArray[np.float64] | None = None) -> ND
     return np.concatenate([np.arange(0, k, 2), np.arange(1, k, 2)[::-1]]).astype(np.int64)
 
 
-def lost_in_the_middle_langchain(
-    k: int, weights: NDArray[np.float64] | None = None
-) -> NDArray[np.int64]:
+def lost_in_the_middle_langchain(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
     """LangChain's LongContextReorder order (LlamaIndex's LongContextReorder gives the same).
 
     Source: langchain-ai/langchain,
@@ -74,9 +69,7 @@ def lost_in_the_middle_langchain(
     """
     k = check_k(k, empty_ok=True)
     front = (k - 1) % 2
-    return np.concatenate(
-        [np.arange(front, k, 2), np.arange(1 - front, k, 2)[::-1]]
-    ).astype(np.int64)
+    return np.concatenate([np.arange(front, k, 2), np.arange(1 - front, k, 2)[::-1]]).astype(np.int64)
 
 
 def attention_optimal(k: int, weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
@@ -99,12 +92,8 @@ def attention_optimal(k: int, weights: NDArray[np.float64] | None = None) -> NDA
     return permutation
 
 
-def place(
-    doc_idx: NDArray[np.int64],
-    k: int,
-    strategy: Strategy,
-    weights: NDArray[np.float64] | None = None,
-) -> NDArray[np.int64]:
+def place(doc_idx: NDArray[np.int64], k: int, strategy: Strategy,
+          weights: NDArray[np.float64] | None = None) -> NDArray[np.int64]:
     """The context order of each query's top k: int64[n_queries, k].
 
     Column s holds the document placed in slot s + 1, i.e. ``doc_idx[:, strategy(k)[s]]``.
@@ -146,14 +135,8 @@ def _columns(array: NDArray, width: int) -> NDArray[np.float64]:
     return np.pad(array, ((0, 0), (0, width - array.shape[1])))
 
 
-def context_utility(
-    grades: NDArray,
-    ideal: NDArray,
-    k_max: int,
-    strategy: Strategy,
-    curve: Curve,
-    gain: str = "exp",
-) -> NDArray[np.float64]:
+def context_utility(grades: NDArray, ideal: NDArray, k_max: int, strategy: Strategy, curve: Curve,
+                    gain: str = "exp") -> NDArray[np.float64]:
     """Context utility at every K = 1..k_max: float64[n_queries, k_max], column K - 1 for K.
 
         context_utility_at_K = sum_s gain(rel at slot s) * w_K(s)
@@ -175,10 +158,8 @@ def context_utility(
     grades = np.asarray(grades)
     ideal = np.asarray(ideal)
     if grades.ndim != 2 or ideal.ndim != 2 or grades.shape[0] != ideal.shape[0]:
-        raise ValueError(
-            f"context_utility: grades {grades.shape} and ideal {ideal.shape} must be "
-            "[n_queries, depth] with the same number of queries"
-        )
+        raise ValueError(f"context_utility: grades {grades.shape} and ideal {ideal.shape} must be "
+                         "[n_queries, depth] with the same number of queries")
     # Only the leading columns where some gain is not 0 can add to a sum: the work per K is
     # O(K) for the curve and the placement plus O(n_queries x width), width <= the depth of
     # the ranking, not O(n_queries x K).
@@ -218,9 +199,7 @@ def _general_path(strategy: Strategy, curve: Curve, k: int, w: int) -> tuple[NDA
     # denominator (same products, same length w), so it scores exactly 1.
     slot_of_rank = np.empty(k, dtype=np.int64)
     slot_of_rank[permutation] = np.arange(k, dtype=np.int64)
-    weight_of_rank = weights[slot_of_rank[:w]]
-    best_weights = -np.sort(-weights if w == k else np.partition(-weights, w - 1)[:w])
-    return weight_of_rank, best_weights
+    return weights[slot_of_rank[:w]], -np.sort(-weights if w == k else np.partition(-weights, w - 1)[:w])
 
 
 def _slot_of_rank_lost_in_the_middle(k: int, ranks: NDArray[np.int64]) -> NDArray[np.int64]:

@@ -1,53 +1,203 @@
-"""Every metric of the definition card at every cut-off K = 1..k_max, in one vectorized pass.
+"""The metric families, one row each (the single source of names, labels, bounds and definitions),
+the metric keys and the definition card built from them, the judged_at_K warning, and
+:func:`evaluate`: every ``ranking`` family at every cut-off K = 1..k_max in one vectorized pass.
 
-The definition card (docs/metrics.md) in code. Inputs are arrays: a ranking ``doc_idx``
-[n_queries, depth] (-1 = nothing retrieved there) and :class:`Qrels`. We build the
-(queries x depth) grade matrix once with a sorted-key lookup, and every metric at every K
-is then a cumulative sum or a division away. No per-query Python loops, no rounding.
-
-Conventions shared by every metric (and written in docs/metrics.md):
-
-- Grades are the integers of the qrels; unjudged documents and empty slots have grade 0;
-  negative grades count as 0. A document is relevant when grade >= ``relevance_level``
-  (which must be >= 1, so an unjudged document is never relevant).
-- R is the number of judged documents with grade >= ``relevance_level``, including judged
-  documents that are not in the corpus (as trec_eval counts them).
-- The ideal ranking for nDCG is every judged grade of the query sorted descending.
-- Means are over queries with R > 0 (``n_queries``); judged queries with R = 0 are left out
-  and counted (``n_queries_no_relevant``). A judged query that retrieved nothing scores 0.
-- Order inside the ranking is the caller's: the ranking is scored as given.
-- A document is judged for a query when the qrels give it a grade >= 0 for that query (0
-  included). A negative grade marks a document that is in the pool but not judged (trec_eval's
-  convention, e.g. for infAP samples): it counts as unjudged, as does any document the
-  query's qrels do not list. ``judged_at_K`` and ``bpref`` (Buckley & Voorhees 2004) measure
-  and resist incomplete judgments; ``judged_only`` scores condensed lists (Sakai 2007):
-  every ranking without its unjudged documents, as ``trec_eval -J`` does.
-
-Sources: trec_eval 9.0.8 (``P``, ``recall``, ``map_cut``, ``ndcg_cut``, ``recip_rank``,
-``map``, ``bpref``, ``-J``), Järvelin & Kekäläinen 2002 (CG/DCG/nDCG), Burges et al. 2005
-(exponential gain), ir_measures (``Judged@K``), Sakai 2007 (condensed lists).
+``ndcg_at_10`` is family ``ndcg`` at cut-off K = 10; ``mrr``, ``map`` and ``bpref`` name a
+family's value at the ranking's full depth. MLflow rejects ``@`` in keys, so keys never use it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.metrics.gains import Gain, check_gain_overflow, discounts, gain_values
-from pipeline.metrics.grades import UNJUDGED, Qrels, grade_matrix, ideal_matrix, n_nonrelevant, n_relevant
-from pipeline.metrics.judged import bpref, condense, judged_at_k
+from pipeline.metrics.grades import (UNJUDGED, Gain, Qrels, bpref, check_gain_overflow, condense, discounts,
+                                     gain_values, grade_matrix, ideal_matrix, judged_at_k, n_nonrelevant, n_relevant)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family. ``stage`` says what it is computed on: ``ranking`` (``evaluate``, the
+    retriever's order) or ``placed`` (the context order, added by the caller, e.g. context utility).
+    ``full_depth`` names the family's value at the ranking's full depth, when it has one (``mrr``,
+    ``map``, ``bpref``); ``at_k`` is False for a family that has only that value (no ``<name>_at_K``
+    keys, no curve: ``bpref``). ``definition`` is the row of the definition card; ``{gain}`` in it
+    is replaced by the gain in use."""
+
+    name: str
+    label: str  # for figures: "nDCG@K"
+    bounded: bool  # within [0, 1]
+    curve: bool  # logged as the stepped metric curve/<name> (step = K)
+    definition: str
+    source: str
+    stage: Literal["ranking", "placed"] = "ranking"
+    full_depth: str | None = None
+    at_k: bool = True
+
+    @property
+    def key(self) -> str:
+        """How the definition card names it: ``ndcg_at_K``, or ``bpref`` for a full-depth-only family."""
+        return f"{self.name}_at_K" if self.at_k else self.name
+
+
+#: Every metric family, in the order of the per-query table. Adding a metric is one row here
+#: and its computation (in ``evaluate`` for ``ranking`` families).
+TABLE: tuple[Family, ...] = (
+    Family("precision", "precision@K", True, True,
+           "(# relevant in top K) / K; K is the denominator even if fewer were retrieved", "trec_eval `P`"),
+    Family("recall", "recall@K", True, True, "(# relevant in top K) / R", "trec_eval `recall`"),
+    Family("hit_rate", "hit rate@K", True, False, "1 if any relevant document is in the top K, else 0", "success@K"),
+    Family("mrr", "MRR@K", True, True, "1 / rank of the first relevant document within K, else 0; `mrr` = the same "
+           "at full depth", "trec_eval `recip_rank`", full_depth="mrr"),
+    Family("map", "MAP@K", True, True, "sum over relevant ranks i <= K of precision_at_i, divided by R (trec_eval "
+           "`map_cut`); `map` = at full depth", "trec_eval `map_cut`, `map`", full_depth="map"),
+    Family("cg", "CG@K", False, False, "sum of rel_i for i <= K", "Järvelin & Kekäläinen 2002"),
+    Family("dcg", "DCG@K", False, False, "sum of gain(rel_i) / log2(i + 1), gain = {gain}",
+           "Järvelin & Kekäläinen 2002; Burges et al. 2005 (exponential gain)"),
+    Family("ndcg", "nDCG@K", True, True, "dcg_at_K / idcg_at_K; idcg = the DCG of all judged grades of the query "
+           "sorted descending, cut at K; 0 when idcg is 0", "trec_eval `ndcg_cut`; ranx `ndcg_burges` (exp gain)"),
+    Family("context_utility", "context utility@K", True, True,
+           "sum of gain(rel at slot i) * w(i) over the placed top K, divided by the same sum for the best "
+           "judged documents in the best slots (w = the attention curve stretched over K slots); 1 = the "
+           "strongest evidence sits where the model looks; chunked runs: the placed chunks, each with its document's "
+           "grade, over every chunk of the judged documents", "this project (pipeline/context/placement.py)",
+           stage="placed"),
+    Family("context_precision", "context precision@K", True, False,
+           "(# of the top K chunks whose document is relevant) / K: the share of the context from relevant "
+           "documents (a chunk's grade is its document's); logged by chunked or budgeted runs only",
+           "this project (pipeline/context/chunking.py)", stage="placed"),
+    Family("context_recall", "context recall@K", True, False,
+           "(# distinct relevant documents with a chunk in the top K) / R; logged by chunked or budgeted runs "
+           "only", "this project (pipeline/context/chunking.py)", stage="placed"),
+    Family("judged", "judged@K", True, True,
+           "(# judged documents in the top K) / (# documents retrieved in the top K), i.e. / K unless the "
+           "ranking is shorter; 0 when nothing was retrieved; judged = graded >= 0 for the query (0 "
+           "included); always on the ranking as retrieved, also with `judged_only`", "ir_measures `Judged@K`"),
+    Family("bpref", "bpref", True, False,
+           "(1 / R) * sum over the judged relevant documents retrieved (full depth) of "
+           "1 - min(n, R) / min(N, R), n = # judged non-relevant documents ranked above it, N = # judged "
+           "non-relevant documents of the query (0 <= grade < relevance_level); unjudged documents are "
+           "skipped; 0 when R = 0", "Buckley & Voorhees 2004; trec_eval `bpref`", full_depth="bpref", at_k=False),
+)
+
+FAMILY: dict[str, Family] = {f.name: f for f in TABLE}
+#: Families computed by ``evaluate`` at every K, in the order of the per-query table.
+FAMILIES = tuple(f.name for f in TABLE if f.stage == "ranking" and f.at_k)
+#: Every family a run reports at a cut-off (the ranking's and the placed context's).
+RUN_FAMILIES = tuple(f.name for f in TABLE if f.at_k)
+#: Families of ``evaluate`` bounded by [0, 1] at every K (cg and dcg are not).
+BOUNDED = tuple(f.name for f in TABLE if f.bounded and f.stage == "ranking" and f.at_k)
+#: The K-sweep curves a run logs as ``curve/<family>`` (step = K).
+CURVES = tuple(f.name for f in TABLE if f.curve)
+#: Values at the ranking's full depth: ``mrr``, ``map``, ``bpref``.
+FULL_DEPTH = tuple(f.full_depth for f in TABLE if f.full_depth)
+#: A run warns when the mean judged_at_K at this K is below this share (``judged_warning``).
+JUDGED_WARN_K = 10
+JUDGED_WARN_BELOW = 0.9
+#: Cut-offs reported besides a run's own k (those <= k_max), so runs with different k compare.
+STANDARD_KS = (1, 3, 5, 10, 20, 50, 100)
+LABELS = {f.name: f.label for f in TABLE}
+
+_METRIC_KEY = re.compile(r"^(?P<family>[a-z_]+)_at_(?P<k>[0-9]+)$")
+
+
+def parse_key(key: str) -> tuple[str, int | None]:
+    """``"ndcg_at_10"`` -> ("ndcg", 10); ``"mrr"``/``"map"`` -> (name, None). ValueError otherwise."""
+    if key in FULL_DEPTH:
+        return key, None
+    match = _METRIC_KEY.match(key)
+    if not match or match["family"] not in FAMILY or not FAMILY[match["family"]].at_k:
+        choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
+        raise ValueError(f"{key!r} is not a metric: use {', '.join(FULL_DEPTH)} or one of {choices}")
+    return match["family"], int(match["k"])
+
+
+def report_ks(k: int, k_max: int, extra: Iterable[int | None] = ()) -> list[int]:
+    """The cut-offs a run reports: its k, the standard ones up to k_max, and any extra."""
+    return sorted({k, *(c for c in STANDARD_KS if c <= k_max), *(e for e in extra if e is not None)})
+
+
+def judged_warning(means: dict[str, float]) -> str | None:
+    """The warning a run prints when the mean judged_at_10 is below 0.9, else None. Unjudged
+    documents count as not relevant, so a retriever whose top 10 is mostly unjudged (one that took
+    no part in the pooling) scores too low on every metric but bpref and the ``judged_only`` ones."""
+    value = means.get(f"judged_at_{JUDGED_WARN_K}")
+    if value is None or value >= JUDGED_WARN_BELOW:
+        return None
+    return (f"warning: judged_at_{JUDGED_WARN_K} = {value:.4f} < {JUDGED_WARN_BELOW} ({value:.1%} of the top "
+            f"{JUDGED_WARN_K} documents are judged): the numbers for this retriever are biased low; pool it "
+            "(judge its unjudged top documents); bpref and judged_only=true score judged documents only")
+
+
+def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only: bool = False) -> str:
+    """The metric definitions a run used, as Markdown, logged with every run and built from
+    :data:`TABLE` so the card and the code cannot drift."""
+    gain_text = "2^rel - 1 (`gain: exp`)" if gain == "exp" else "rel (`gain: linear`, as trec_eval)"
+    rows = "\n".join(f"| `{f.key}` | {f.definition.format(gain=gain_text)} |" for f in TABLE)
+    if judged_only:
+        lists = ("**This run scored condensed lists (`judged_only: true`)**: unjudged documents were removed "
+                 "from each ranking before scoring (Sakai 2007; trec_eval `-J`, pytrec_eval "
+                 "`judged_docs_only_flag=True`), so every metric but `judged_at_K` describes the judged "
+                 "documents only, in their order; `context_utility_at_K` places the condensed top K. Such "
+                 "numbers are not comparable with those of runs that scored the full rankings.")
+    else:
+        lists = ("Full rankings (`judged_only: false`): unjudged documents count as not relevant. With "
+                 "`judged_only: true` they are removed from each ranking before scoring (condensed lists: "
+                 "Sakai 2007; trec_eval `-J`).")
+    return f"""# Metric definitions used by this run
+
+Grades are the integers of the qrels; unjudged documents have grade 0; negative grades
+count as 0. A document is relevant when grade >= {relevance_level} (`relevance_level`).
+rel_i is the grade at rank i (1-based); R is the number of relevant judged documents
+(judged documents missing from the corpus included, as trec_eval counts them). A document
+is judged for a query when the qrels give it a grade >= 0 for that query (0 included); a
+negative grade marks a document in the pool but not judged (trec_eval's convention) and
+counts as unjudged.
+
+| key | definition |
+|---|---|
+{rows}
+
+- {lists}
+- A run warns when the mean `judged_at_{JUDGED_WARN_K}` is below {JUDGED_WARN_BELOW}: unjudged documents in
+  the top ranks bias the other metrics low for this retriever; pool it.
+- Retrieval metrics are computed on the retriever's order; `context_utility_at_K` on the
+  placed order.
+- Chunked runs (`chunker` other than `none`; README, "Chunking and token budgets"): the
+  retrieval metrics score the document ranking folded from the chunk ranking
+  (`chunker.fold`: `maxp` = a document's best chunk score, `sump` = the sum of its retrieved
+  chunks' scores, `firstp` = its first chunk's score; Dai & Callan 2019), so they compare with
+  unchunked runs. The context families (`context_*`) score the top K chunks, each with its
+  document's grade; `context_utility_at_K`'s ideal is then every chunk of the judged
+  documents with its document's grade, sorted descending.
+- Token budgets (chunked runs, or any run with `budget`): the context under B tokens is the
+  longest prefix of the chunk ranking whose tokens sum to <= B (n chunks, placed by the
+  reorder strategy under the attention curve over n slots). Per B: `n_chunks_budget_B` (mean
+  n), `tokens_budget_B` (mean tokens used), `context_precision_budget_B` (share of the n chunks
+  from relevant documents; 0 when n = 0), `context_recall_budget_B` (distinct relevant
+  documents in the context / R), `relevant_token_share_budget_B` (tokens of chunks from relevant
+  documents / tokens in the context; 0 when empty), `context_utility_budget_B` (as
+  `context_utility_at_K` with K = n); each also a stepped metric `budget/<name>` with step = B.
+- Means are over the queries with at least one relevant document (`n_queries`); judged
+  queries without one are left out and counted (`n_queries_no_relevant`). A judged query
+  that retrieved nothing scores 0.
+- Order: {tie_rule}
+- With `gain: linear` the numbers equal trec_eval (`P_K`, `recall_K`, `ndcg_cut_K`,
+  `map_cut_K`, `recip_rank`, `map`, `bpref`; with `judged_only`, the same under `-J`); with
+  `gain: exp` nDCG equals ranx `ndcg_burges`; `judged_at_K` equals ir_measures `Judged@K`
+  (which counts negative grades as judged).
+"""
 
 
 @dataclass
 class Evaluation:
     """Per-query values of every metric family at K = 1..k_max, plus ``mrr``/``map``/``bpref`` at full depth.
-
     ``at_k[family]`` is [n_queries, k_max]; column K-1 holds the value at cut-off K.
-    ``judged_only``: scored on condensed lists (unjudged documents removed; judged_at_K excepted).
-    """
+    ``judged_only``: scored on condensed lists (unjudged documents removed; judged_at_K excepted)."""
 
     k_max: int
     at_k: dict[str, NDArray[np.float64]]
@@ -110,9 +260,8 @@ class Evaluation:
         return out
 
     def per_query(self, query_ids: Iterable[str], ks: Iterable[int] | None = None) -> dict[str, Any]:
-        """The per-query table as columns (``pandas.DataFrame(ev.per_query(ids))`` makes it a
-        frame): ``query_id``, every family at every K (or at ``ks``), ``mrr``, ``map``, R and
-        whether it counts."""
+        """The per-query table as columns (``pandas.DataFrame(ev.per_query(ids))`` makes it a frame):
+        ``query_id``, every family at every K (or at ``ks``), ``mrr``, ``map``, R and whether it counts."""
         table: dict[str, Any] = {"query_id": list(query_ids)}
         cutoffs = range(1, self.k_max + 1) if ks is None else sorted(set(ks))
         for family in self.families():
@@ -124,32 +273,31 @@ class Evaluation:
         return table
 
 
-def evaluate(
-    doc_idx: NDArray[np.integer],
-    qrels: Qrels,
-    k_max: int,
-    gain: Gain = "exp",
-    relevance_level: int = 1,
-    lookup: NDArray[np.integer] | None = None,
-    judged_only: bool = False,
-    judged_metrics: bool = True,
-) -> Evaluation:
-    """Every metric of the definition card at every K = 1..k_max, for every query.
+def evaluate(doc_idx: NDArray[np.integer], qrels: Qrels, k_max: int, gain: Gain = "exp", relevance_level: int = 1,
+             lookup: NDArray[np.integer] | None = None, judged_only: bool = False,
+             judged_metrics: bool = True) -> Evaluation:
+    """Every metric of the definition card (:data:`TABLE`) at every K = 1..k_max, for every query;
+    ``mrr``, ``map`` and ``bpref`` at full depth (the ranking's ``depth``).
 
     ``doc_idx`` is [n_queries, depth] in rank order (row q = query index q of ``qrels``),
     -1 where nothing was retrieved (after the retrieved documents). ``k_max`` may exceed
     ``depth``: the missing ranks are empty (precision keeps K as its denominator, like
-    trec_eval's ``P``).
-
-    Definitions: :data:`TABLE` (the definition card); ``mrr``, ``map`` and ``bpref`` are
-    given at full depth (the ranking's ``depth``).
-
-    ``judged_only``: score the condensed lists (:func:`condense`, trec_eval ``-J``);
-    judged_at_K stays that of the ranking as given. ``judged_metrics=False`` leaves out
+    trec_eval's ``P``). ``judged_only``: score the condensed lists (:func:`condense`, trec_eval
+    ``-J``); judged_at_K stays that of the ranking as given. ``judged_metrics=False`` leaves out
     judged_at_K and bpref (their cost is measured by benchmarks/metrics.py). ``lookup`` may
     pass ``grade_matrix(doc_idx, qrels, unjudged=UNJUDGED)`` when the caller has it already.
     """
-    doc_idx, lookup = _checked_inputs(doc_idx, qrels, k_max, gain, relevance_level, lookup)
+    if k_max < 1:
+        raise ValueError(f"k_max must be >= 1, got {k_max}")
+    if relevance_level < 1:
+        raise ValueError(f"relevance_level must be >= 1, got {relevance_level}")
+    doc_idx = np.asarray(doc_idx, dtype=np.int64)
+    if doc_idx.ndim != 2:
+        raise ValueError(f"doc_idx must be 2-D [n_queries, depth], got shape {doc_idx.shape}")
+    check_gain_overflow(qrels, doc_idx.shape[0], gain)  # ValueError when exponential gains overflow
+    lookup = np.asarray(grade_matrix(doc_idx, qrels, unjudged=UNJUDGED) if lookup is None else lookup, np.int64)
+    if lookup.shape != doc_idx.shape:
+        raise ValueError(f"lookup must have the shape of doc_idx {doc_idx.shape}, got {lookup.shape}")
     n_q, depth = doc_idx.shape
     judged = judged_so_far = None
     if judged_metrics:
@@ -163,7 +311,13 @@ def evaluate(
     rel = grades >= relevance_level
     cum_rel = np.cumsum(rel, axis=1, dtype=np.int64)
     at_k, full = _binary_families(rel, cum_rel, R, k_max)
-    at_k.update(_graded_families(grades[:, :k_max], qrels, k_max, gain))
+    head = grades[:, :k_max]  # cg, dcg, ndcg; the ideal DCG is that of every judged grade sorted descending
+    disc = discounts(k_max)
+    dcg = np.cumsum(gain_values(head, gain) * disc, axis=1)
+    idcg = np.cumsum(gain_values(ideal_matrix(qrels, n_q, k_max), gain) * disc, axis=1)
+    at_k["cg"] = np.cumsum(head, axis=1, dtype=np.float64)
+    at_k["dcg"] = dcg
+    at_k["ndcg"] = np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg > 0)
     if judged is not None:
         at_k["judged"] = judged
         full["bpref"] = bpref(rel, cum_rel, R, n_nonrelevant(qrels, n_q, relevance_level),
@@ -171,34 +325,12 @@ def evaluate(
     return Evaluation(k_max=k_max, at_k=at_k, full=full, n_relevant=R, judged_only=judged_only)
 
 
-def _checked_inputs(doc_idx: NDArray[np.integer], qrels: Qrels, k_max: int, gain: Gain, relevance_level: int,
-                    lookup: NDArray[np.integer] | None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """``doc_idx`` and its grade lookup as int64 arrays of one shape; ValueError for a bad argument
-    (and for grades whose exponential gains overflow)."""
-    if k_max < 1:
-        raise ValueError(f"k_max must be >= 1, got {k_max}")
-    if relevance_level < 1:
-        raise ValueError(f"relevance_level must be >= 1, got {relevance_level}")
-    doc_idx = np.asarray(doc_idx, dtype=np.int64)
-    if doc_idx.ndim != 2:
-        raise ValueError(f"doc_idx must be 2-D [n_queries, depth], got shape {doc_idx.shape}")
-    check_gain_overflow(qrels, doc_idx.shape[0], gain)
-    if lookup is None:
-        lookup = grade_matrix(doc_idx, qrels, unjudged=UNJUDGED)
-    lookup = np.asarray(lookup, np.int64)
-    if lookup.shape != doc_idx.shape:
-        raise ValueError(f"lookup must have the shape of doc_idx {doc_idx.shape}, got {lookup.shape}")
-    return doc_idx, lookup
-
-
 def _binary_families(rel: NDArray[np.bool_], cum_rel: NDArray[np.int64], R: NDArray[np.int64],
                      k_max: int) -> tuple[dict[str, NDArray[np.float64]], dict[str, NDArray[np.float64]]]:
     """precision, recall, hit_rate, mrr and map at K = 1..k_max, and mrr and map at full depth.
-
     ``rel`` [n_queries, width >= k_max] flags the relevant documents of the scored list and
     ``cum_rel`` counts them row by row. A query with R = 0 has no document with grade >=
-    relevance_level (>= 1), so every family here is 0 for it without masking.
-    """
+    relevance_level (>= 1), so every family here is 0 for it without masking."""
     n_q, width = rel.shape
     R_safe = np.maximum(R, 1).astype(np.float64)[:, None]
     ranks = np.arange(1, width + 1, dtype=np.float64)
@@ -208,25 +340,9 @@ def _binary_families(rel: NDArray[np.bool_], cum_rel: NDArray[np.int64], R: NDAr
     # 1-based rank of the first relevant document; width + 1 when there is none
     first = np.where(any_rel, rel.argmax(axis=1) + 1, width + 1)
     rr = np.where(any_rel, 1.0 / first, 0.0)
-
-    at_k: dict[str, NDArray[np.float64]] = {}
-    at_k["precision"] = precision_all[:, :k_max]
-    at_k["recall"] = cum_rel[:, :k_max] / R_safe
-    at_k["hit_rate"] = (cum_rel[:, :k_max] > 0).astype(np.float64)
-    at_k["mrr"] = np.where(first[:, None] <= np.arange(1, k_max + 1), rr[:, None], 0.0)
-    at_k["map"] = ap_sum[:, :k_max] / R_safe
+    at_k = {"precision": precision_all[:, :k_max], "recall": cum_rel[:, :k_max] / R_safe,
+            "hit_rate": (cum_rel[:, :k_max] > 0).astype(np.float64),
+            "mrr": np.where(first[:, None] <= np.arange(1, k_max + 1), rr[:, None], 0.0),
+            "map": ap_sum[:, :k_max] / R_safe}
     full = {"mrr": rr, "map": ap_sum[:, -1] / R_safe[:, 0] if width else np.zeros(n_q)}
     return at_k, full
-
-
-def _graded_families(head: NDArray[np.int64], qrels: Qrels, k_max: int, gain: Gain) -> dict[str, NDArray[np.float64]]:
-    """cg, dcg and ndcg at K = 1..k_max from ``head``, the grades of the top k_max (clipped at 0);
-    the ideal DCG is that of every judged grade of the query sorted descending."""
-    disc = discounts(k_max)
-    dcg = np.cumsum(gain_values(head, gain) * disc, axis=1)
-    idcg = np.cumsum(gain_values(ideal_matrix(qrels, head.shape[0], k_max), gain) * disc, axis=1)
-    return {
-        "cg": np.cumsum(head, axis=1, dtype=np.float64),
-        "dcg": dcg,
-        "ndcg": np.divide(dcg, idcg, out=np.zeros_like(dcg), where=idcg > 0),
-    }

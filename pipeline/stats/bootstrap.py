@@ -8,13 +8,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pipeline.stats.inputs import CHUNK_CELLS, REL_TOL, CiMethod, as_matrix, scale
-from pipeline.stats.normal import ndtr, ndtri
+from pipeline.stats.inputs import CHUNK_CELLS, REL_TOL, CiMethod, as_matrix, ndtr, ndtri, scale
 
 
-def bootstrap_means(
-    matrix: ArrayLike, *, n_resamples: int = 10_000, seed: int | None = 0
-) -> NDArray[np.float64]:
+def bootstrap_means(matrix: ArrayLike, *, n_resamples: int = 10_000, seed: int | None = 0) -> NDArray[np.float64]:
     """Paired bootstrap distribution of each row's mean, ``[n_systems, n_resamples]``.
 
     Resample b draws n query indices with replacement, ``rng.integers(0, n, (B, n))`` with
@@ -50,12 +47,8 @@ def _quantile_rows(sorted_rows: NDArray[np.float64], q: NDArray[np.float64]) -> 
     return a + (h - lo) * (c - a)
 
 
-def ci_from_distribution(
-    x: NDArray[np.float64],
-    boot: NDArray[np.float64],
-    method: CiMethod,
-    confidence: float,
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def ci_from_distribution(x: NDArray[np.float64], boot: NDArray[np.float64], method: CiMethod,
+                         confidence: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Percentile or BCa interval of each row's mean from its bootstrap distribution.
 
     Percentile: the alpha/2 and 1 - alpha/2 quantiles of the bootstrap means.
@@ -93,20 +86,11 @@ def ci_from_distribution(
     q_lo = np.where(flat, 0.5, q_lo)
     q_hi = np.where(flat, 0.5, q_hi)
     s = np.sort(boot, axis=1)
-    low, high = _quantile_rows(s, q_lo), _quantile_rows(s, q_hi)
-    low = np.where(flat, theta, low)
-    high = np.where(flat, theta, high)
-    return low, high
+    return np.where(flat, theta, _quantile_rows(s, q_lo)), np.where(flat, theta, _quantile_rows(s, q_hi))
 
 
-def bootstrap_ci(
-    matrix: ArrayLike,
-    *,
-    method: CiMethod = "BCa",
-    confidence: float = 0.95,
-    n_resamples: int = 10_000,
-    seed: int | None = 0,
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def bootstrap_ci(matrix: ArrayLike, *, method: CiMethod = "BCa", confidence: float = 0.95, n_resamples: int = 10_000,
+                 seed: int | None = 0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Paired-bootstrap CI of each row's mean: ``(low, high)``, each ``[n_systems]``.
 
     Equals ``scipy.stats.bootstrap((row,), np.mean, method=method, n_resamples=B,
@@ -115,5 +99,4 @@ def bootstrap_ci(
     For a CI of a difference pass the row of paired differences.
     """
     x = as_matrix(matrix)
-    boot = bootstrap_means(x, n_resamples=n_resamples, seed=seed)
-    return ci_from_distribution(x, boot, method, confidence)
+    return ci_from_distribution(x, bootstrap_means(x, n_resamples=n_resamples, seed=seed), method, confidence)

@@ -1,23 +1,88 @@
-"""Comparison reports: every system's mean and interval, every other system against a baseline
-(paired tests, effect sizes, sensitivity), all pairs by randomized Tukey HSD, for one metric
-or several at once; and the systems tied with the best one (a sweep's winners).
+"""Comparison reports (frozen dataclasses, JSON-ready): every system's mean and interval, every
+other system against a baseline (paired tests, effect sizes, sensitivity), all pairs by
+randomized Tukey HSD, for one metric or several, with p-values adjusted across reports; and the
+systems tied with the best one (a sweep's winners).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, NamedTuple, Sequence
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pipeline.stats.bootstrap import bootstrap_means, ci_from_distribution
 from pipeline.stats.inputs import PAIRED_TESTS, CiMethod, Correction, Test, as_matrix, as_names, check_options
-from pipeline.stats.multiplicity import adjust_pvalues, adjust_report
-from pipeline.stats.paired import (effect_sizes, paired_t_test, randomization_test, sign_test, wilcoxon_test,
-                                   wins_ties_losses)
-from pipeline.stats.reports import BaselineComparison, Comparison, SystemSummary
 from pipeline.stats.sensitivity import minimum_detectable_difference, queries_needed
-from pipeline.stats.tukey import tukey_hsd, tukey_hsd_stack
+from pipeline.stats.tests import (adjust_pvalues, effect_sizes, paired_t_test, randomization_test, sign_test,
+                                  tukey_hsd, tukey_hsd_stack, wilcoxon_test, wins_ties_losses)
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    """One system's mean and its paired-bootstrap confidence interval."""
+
+    name: str
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """One system against the baseline on one metric; d = system - baseline per query. ``p`` and
+    ``p_adjusted`` map each test of ``PAIRED_TESTS`` to its two-sided p-value; ``significant`` is
+    ``p_adjusted[test] <= alpha`` for the report's chosen test."""
+
+    system: str
+    baseline: str
+    diff: float
+    diff_ci_low: float
+    diff_ci_high: float
+    t: float
+    p: dict[str, float]
+    p_adjusted: dict[str, float]
+    significant: bool
+    d_z: float
+    hedges_g: float
+    wins: int
+    ties: int
+    losses: int
+    sd_diff: float
+    mdd: float
+    n_needed: int | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything :func:`compare` says about one metric. ``to_dict()`` is JSON-ready.
+
+    ``tukey[a][b]`` is the randomized Tukey HSD p-value of systems a and b (family-wise over all
+    pairs of this metric, never re-adjusted). ``sensitivity`` holds the pooled sd of the baseline
+    differences, sqrt(mean(sd_diff^2)), the minimum detectable difference at this many queries,
+    and the queries needed for ``delta`` when given.
+    """
+
+    metric: str
+    n_queries: int
+    baseline: str
+    test: str
+    correction: str
+    alpha: float
+    confidence: float
+    ci_method: str
+    n_resamples: int
+    n_permutations: int
+    seed: int | None
+    systems: list[SystemSummary]
+    vs_baseline: list[BaselineComparison]
+    tukey: dict[str, dict[str, float]]
+    sensitivity: dict[str, float | int | None]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def compare(matrix: ArrayLike, names: Sequence[str] | None = None, *, metric_name: str = "metric",
@@ -36,29 +101,16 @@ def compare(matrix: ArrayLike, names: Sequence[str] | None = None, *, metric_nam
     return compare_metrics({metric_name: matrix}, names, **options)[0]
 
 
-def compare_metrics(
-    matrices: Mapping[str, ArrayLike],
-    names: Sequence[str] | None = None,
-    *,
-    baseline: str | int = 0,
-    n_resamples: int = 10_000,
-    n_permutations: int = 10_000,
-    seed: int | None = 0,
-    correction: Correction = "holm",
-    alpha: float = 0.05,
-    test: Literal["t", "wilcoxon", "sign", "fisher"] = "fisher",
-    ci_method: CiMethod = "BCa",
-    confidence: float = 0.95,
-    delta: float | None = None,
-    power: float = 0.8,
-    tukey: bool = True,
-) -> list[Comparison]:
+def compare_metrics(matrices: Mapping[str, ArrayLike], names: Sequence[str] | None = None, *, baseline: str | int = 0,
+                    n_resamples: int = 10_000, n_permutations: int = 10_000, seed: int | None = 0,
+                    correction: Correction = "holm", alpha: float = 0.05,
+                    test: Literal["t", "wilcoxon", "sign", "fisher"] = "fisher", ci_method: CiMethod = "BCa",
+                    confidence: float = 0.95, delta: float | None = None, power: float = 0.8,
+                    tukey: bool = True) -> list[Comparison]:
     """:func:`compare` for several metrics of the same systems and queries, one :class:`Comparison`
-    per metric, with p-values adjusted across every comparison of every metric.
-
-    All metrics share one set of bootstrap resamples, sign flips and row permutations (the
-    same ones a single-metric call with this seed draws), computed in one vectorized pass.
-    """
+    per metric, with p-values adjusted across every comparison of every metric. All metrics share
+    one set of bootstrap resamples, sign flips and row permutations (the same ones a single-metric
+    call with this seed draws), computed in one vectorized pass."""
     check_options(test, correction, alpha)
     x = _stacked(matrices)  # [m, s, n]
     n_metrics, s, n = x.shape
@@ -71,40 +123,18 @@ def compare_metrics(
     lo, hi = ci_from_distribution(flat, boot, ci_method, confidence)
     lo, hi = lo.reshape(n_metrics, s), hi.reshape(n_metrics, s)
     means = x.mean(axis=2)
-    paired = _paired_statistics(x, boot, b, others, ci_method=ci_method, confidence=confidence,
-                                n_permutations=n_permutations, seed=seed, alpha=alpha, power=power)
+    vs_all = _vs_baseline(x, boot, b, others, names, ci_method=ci_method, confidence=confidence,
+                          n_permutations=n_permutations, seed=seed, alpha=alpha, power=power, delta=delta)
     tk = tukey_hsd_stack(x, n_permutations, seed) if tukey else None
 
     reports = []
-    for mi, metric in enumerate(matrices):
-        systems = [
-            SystemSummary(names[i], float(means[mi, i]), float(lo[mi, i]), float(hi[mi, i]))
-            for i in range(s)
-        ]
-        vs = [] if paired is None else [
-            _vs_baseline(paired, mi * len(others) + j, names[i], names[b], means[mi, i] - means[mi, b],
-                         delta=delta, alpha=alpha, power=power)
-            for j, i in enumerate(others)
-        ]
-        reports.append(
-            Comparison(
-                metric=str(metric),
-                n_queries=n,
-                baseline=names[b],
-                test=test,
-                correction=correction,
-                alpha=alpha,
-                confidence=confidence,
-                ci_method=ci_method,
-                n_resamples=n_resamples,
-                n_permutations=n_permutations,
-                seed=seed,
-                systems=systems,
-                vs_baseline=vs,
-                tukey=_tukey_table(tk[mi], names) if tk is not None else {},
-                sensitivity=_sensitivity(vs, n, alpha=alpha, power=power, delta=delta),
-            )
-        )
+    for mi, (metric, vs) in enumerate(zip(matrices, vs_all)):
+        systems = [SystemSummary(names[i], float(means[mi, i]), float(lo[mi, i]), float(hi[mi, i])) for i in range(s)]
+        reports.append(Comparison(
+            metric=str(metric), n_queries=n, baseline=names[b], test=test, correction=correction, alpha=alpha,
+            confidence=confidence, ci_method=ci_method, n_resamples=n_resamples, n_permutations=n_permutations,
+            seed=seed, systems=systems, vs_baseline=vs, tukey=_tukey_table(tk[mi], names) if tk is not None else {},
+            sensitivity=_sensitivity(vs, n, alpha=alpha, power=power, delta=delta)))
     return adjust_report(reports, correction)
 
 
@@ -133,32 +163,16 @@ def _baseline_index(baseline: str | int, names: list[str]) -> int:
     return b
 
 
-class _Paired(NamedTuple):
-    """Statistics of the differences with the baseline, one entry per row of differences."""
-
-    ci_low: NDArray[np.float64]
-    ci_high: NDArray[np.float64]
-    t: NDArray[np.float64]
-    p: dict[str, NDArray[np.float64]]  # test name -> p-values
-    d_z: NDArray[np.float64]
-    hedges_g: NDArray[np.float64]
-    wins: NDArray[np.int64]
-    ties: NDArray[np.int64]
-    losses: NDArray[np.int64]
-    sd: NDArray[np.float64]
-    mdd: NDArray[np.float64]
-
-
-def _paired_statistics(x: NDArray[np.float64], boot: NDArray[np.float64], b: int, others: list[int], *,
-                       ci_method: CiMethod, confidence: float, n_permutations: int, seed: int | None,
-                       alpha: float, power: float) -> _Paired | None:
-    """Every paired statistic of each other system against the baseline ``b``, for every metric
-    of ``x`` [m, s, n] at once: rows of differences ordered metric by metric, then system by
-    system. The CI of a difference reuses the systems' bootstrap means ``boot`` [m * s, B]
-    (paired: the same resampled queries). None when there is no other system."""
-    if not others:
-        return None
+def _vs_baseline(x: NDArray[np.float64], boot: NDArray[np.float64], b: int, others: list[int], names: list[str], *,
+                 ci_method: CiMethod, confidence: float, n_permutations: int, seed: int | None, alpha: float,
+                 power: float, delta: float | None) -> list[list[BaselineComparison]]:
+    """Per metric of ``x`` [m, s, n], each other system against the baseline ``b``, every metric at
+    once: rows of differences ordered metric by metric, then system by system. The CI of a
+    difference reuses the systems' bootstrap means ``boot`` [m * s, B] (paired: the same resampled
+    queries). Adjusted p-values and significance are placeholders: :func:`adjust_report` fills them in."""
     n_metrics, s, n = x.shape
+    if not others:
+        return [[] for _ in range(n_metrics)]
     d = (x[:, others, :] - x[:, [b], :]).reshape(-1, n)  # [m * (s-1), n]
     boot_by_system = boot.reshape(n_metrics, s, -1)
     boot_d = boot_by_system[:, others] - boot_by_system[:, [b]]
@@ -170,34 +184,19 @@ def _paired_statistics(x: NDArray[np.float64], boot: NDArray[np.float64], b: int
     wins, ties, losses = wins_ties_losses(d)
     sd = d.std(axis=1, ddof=1)
     mdd = minimum_detectable_difference(sd, n, alpha=alpha, power=power)
-    return _Paired(ci_low, ci_high, t, p, d_z, hedges_g, wins, ties, losses, sd, mdd)
-
-
-def _vs_baseline(paired: _Paired, k: int, system: str, baseline: str, diff: float, *,
-                 delta: float | None, alpha: float, power: float) -> BaselineComparison:
-    """Row ``k`` of ``paired`` as the comparison of ``system`` with ``baseline``. Its adjusted
-    p-values and significance are placeholders: :func:`adjust_report` fills them in."""
-    sd = float(paired.sd[k])
-    p = {name: float(paired.p[name][k]) for name in PAIRED_TESTS}
-    return BaselineComparison(
-        system=system,
-        baseline=baseline,
-        diff=float(diff),
-        diff_ci_low=float(paired.ci_low[k]),
-        diff_ci_high=float(paired.ci_high[k]),
-        t=float(paired.t[k]),
-        p=p,
-        p_adjusted=dict(p),
-        significant=False,
-        d_z=float(paired.d_z[k]),
-        hedges_g=float(paired.hedges_g[k]),
-        wins=int(paired.wins[k]),
-        ties=int(paired.ties[k]),
-        losses=int(paired.losses[k]),
-        sd_diff=sd,
-        mdd=float(paired.mdd[k]),
-        n_needed=None if delta is None else queries_needed(delta, sd, alpha=alpha, power=power),
-    )
+    means = x.mean(axis=2)
+    out: list[list[BaselineComparison]] = [[] for _ in range(n_metrics)]
+    for k in range(d.shape[0]):
+        mi, i = k // len(others), others[k % len(others)]
+        sd_k = float(sd[k])
+        p_k = {name: float(p[name][k]) for name in PAIRED_TESTS}
+        out[mi].append(BaselineComparison(
+            system=names[i], baseline=names[b], diff=float(means[mi, i] - means[mi, b]),
+            diff_ci_low=float(ci_low[k]), diff_ci_high=float(ci_high[k]), t=float(t[k]), p=p_k,
+            p_adjusted=dict(p_k), significant=False, d_z=float(d_z[k]), hedges_g=float(hedges_g[k]),
+            wins=int(wins[k]), ties=int(ties[k]), losses=int(losses[k]), sd_diff=sd_k, mdd=float(mdd[k]),
+            n_needed=None if delta is None else queries_needed(delta, sd_k, alpha=alpha, power=power)))
+    return out
 
 
 def _tukey_table(p: NDArray[np.float64], names: list[str]) -> dict[str, dict[str, float]]:
@@ -215,23 +214,37 @@ def _sensitivity(vs: list[BaselineComparison], n: int, *, alpha: float, power: f
         pooled = float(np.sqrt(np.mean([v.sd_diff**2 for v in vs])))
         sens["sd_diff"] = pooled
         sens["mdd"] = float(minimum_detectable_difference(pooled, n, alpha=alpha, power=power))
-        sens["n_needed"] = (
-            queries_needed(delta, pooled, alpha=alpha, power=power) if delta is not None else None
-        )
+        sens["n_needed"] = queries_needed(delta, pooled, alpha=alpha, power=power) if delta is not None else None
     return sens
 
 
-def tied_with_best(
-    matrix: ArrayLike,
-    names: Sequence[str] | None = None,
-    *,
-    test: Test = "fisher",
-    correction: Correction = "holm",
-    alpha: float = 0.05,
-    n_permutations: int = 10_000,
-    seed: int | None = 0,
-    higher_is_better: bool = True,
-) -> list[str]:
+def adjust_report(comparisons: Sequence[Comparison], correction: Correction | None = None) -> list[Comparison]:
+    """Adjust every test's p-values across all baseline comparisons of all given reports (Holm 1979,
+    Bonferroni or Benjamini & Hochberg 1995). Each test (t, Wilcoxon, sign, randomization) is its
+    own family of size sum(len(c.vs_baseline)); ``correction`` defaults to the first report's.
+    Returns new reports with ``p_adjusted``, ``correction`` and ``significant`` replaced."""
+    comparisons = list(comparisons)
+    if not comparisons:
+        return []
+    correction = correction or comparisons[0].correction
+    for c in comparisons:
+        check_options(c.test, correction, c.alpha)
+    adjusted = {name: adjust_pvalues([v.p[name] for c in comparisons for v in c.vs_baseline], correction)
+                for name in PAIRED_TESTS}
+    out, k = [], 0
+    for c in comparisons:
+        vs = []
+        for v in c.vs_baseline:
+            p_adj = {name: float(adjusted[name][k]) for name in PAIRED_TESTS}
+            vs.append(dataclasses.replace(v, p_adjusted=p_adj, significant=bool(p_adj[c.test] <= c.alpha)))
+            k += 1
+        out.append(dataclasses.replace(c, vs_baseline=vs, correction=correction))
+    return out
+
+
+def tied_with_best(matrix: ArrayLike, names: Sequence[str] | None = None, *, test: Test = "fisher",
+                   correction: Correction = "holm", alpha: float = 0.05, n_permutations: int = 10_000,
+                   seed: int | None = 0, higher_is_better: bool = True) -> list[str]:
     """Systems not significantly different from the best one (highest mean), the best first.
 
     Every other system is tested against the best with ``test``; p-values are adjusted by
@@ -253,11 +266,7 @@ def tied_with_best(
         p_adj = tukey_hsd(x, n_permutations=n_permutations, seed=seed)[best, others]
     else:
         d = x[others] - x[best]
-        p = {
-            "t": lambda: paired_t_test(d)[1],
-            "wilcoxon": lambda: wilcoxon_test(d),
-            "sign": lambda: sign_test(d),
-            "fisher": lambda: randomization_test(d, n_permutations=n_permutations, seed=seed),
-        }[test]()
+        p = {"t": lambda: paired_t_test(d)[1], "wilcoxon": lambda: wilcoxon_test(d), "sign": lambda: sign_test(d),
+             "fisher": lambda: randomization_test(d, n_permutations=n_permutations, seed=seed)}[test]()
         p_adj = adjust_pvalues(p, correction)
     return [names[best]] + [names[i] for i, q in zip(others, p_adj) if q > alpha]

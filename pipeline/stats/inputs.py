@@ -1,42 +1,14 @@
-"""The score matrix every statistic takes, the checks of its inputs, and the conventions and
-constants all of them share.
-
-Every input is a per-query score matrix ``[n_systems, n_queries]`` whose columns are the
-same queries in the same order (:func:`align` builds one from per-system dictionaries).
-Every computation is vectorized over systems and over resamples/permutations: resampled
-means are a matrix product of a resample-count matrix with the score matrix.
-
-Conventions (each function's docstring gives the formula and its source):
-
-- Paired designs throughout: a bootstrap resample draws query indices once and applies
-  them to every system; a sign flip or a row permutation acts on whole queries.
-- Bootstrap: ``n_resamples`` (default 10,000) draws of n query indices with replacement,
-  in the exact order of ``scipy.stats.bootstrap`` given ``rng=np.random.default_rng(seed)``
-  (``rng.integers(0, n, (n_resamples, n))``), so our percentile and BCa intervals equal
-  scipy's. Efron & Tibshirani 1993, ch. 13-14; BCa eq. 14.14-14.15.
-- Two-sided tests; a difference is significant when its (adjusted) p <= alpha.
-- Differences with ``|d| <= TIE_TOLERANCE`` are ties: zero for the sign test and Wilcoxon,
-  a tie in wins/ties/losses. When every difference is zero, every p-value is 1 (scipy
-  returns NaN for the t-test and Wilcoxon there).
-- Monte Carlo p-values are ``(count(|T*| >= |T|) + 1) / (B + 1)`` (Phipson & Smyth 2010),
-  never 0; exact enumeration gives ``count / 2^n``. Statistics equal to the observed one
-  within floating-point rounding (``1e-10`` of the scale of the data) count as ">=".
-- Random streams: the bootstrap uses ``np.random.default_rng(seed)`` (scipy's order);
-  the randomization test and randomized Tukey HSD use independent streams spawned from
-  ``np.random.SeedSequence(seed)`` (spawn keys 1 and 2), so adding one test never changes
-  another's numbers.
-- Results are JSON-ready: plain ``float``/``int``/``str``/``list``/``dict``.
-
-Sources: Efron & Tibshirani 1993 (bootstrap, BCa); Smucker, Allan & Carterette 2007
-(randomization vs t vs Wilcoxon vs sign test in IR); Carterette 2012 and Sakai 2018
-(randomized Tukey HSD); Holm 1979; Benjamini & Hochberg 1995; Sakai 2016 and Webber,
-Moffat & Zobel 2008 (topic-set size, power); McSherry & Najork 2008 (score ties);
-Lakens 2013 (d_z, Hedges' correction). See docs/statistics.md.
+"""The score matrix every statistic takes (:func:`align`), the checks of its inputs, the constants
+all statistics share, and the standard normal CDF and its inverse. Those two come from the
+standard library, not scipy: BCa intervals need only them, so a job that logs its objective's
+bootstrap interval never imports scipy.stats, which is slow to import (the tests that need scipy
+import it inside the function that runs them).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -67,12 +39,8 @@ class Aligned(NamedTuple):
     matrix: NDArray[np.float64]
 
 
-def align(
-    per_system: Mapping[str, Mapping[str, float] | tuple[Sequence[str], ArrayLike]],
-    *,
-    missing: Literal["error", "zero"] = "error",
-    query_ids: Sequence[str] | None = None,
-) -> Aligned:
+def align(per_system: Mapping[str, Mapping[str, float] | tuple[Sequence[str], ArrayLike]], *,
+          missing: Literal["error", "zero"] = "error", query_ids: Sequence[str] | None = None) -> Aligned:
     """Align per-query scores of several systems on query id.
 
     ``per_system`` maps a system name to ``{query_id: score}`` or to ``(query_ids, scores)``.
@@ -94,15 +62,11 @@ def align(
             try:
                 ids, values = scores
             except (TypeError, ValueError):
-                raise ValueError(
-                    f"system {name!r}: expected a mapping or (query_ids, scores)"
-                ) from None
+                raise ValueError(f"system {name!r}: expected a mapping or (query_ids, scores)") from None
             ids = [str(q) for q in ids]
             values = np.asarray(values, dtype=np.float64).ravel()
             if len(ids) != len(values):
-                raise ValueError(
-                    f"system {name!r}: {len(ids)} query ids but {len(values)} scores"
-                )
+                raise ValueError(f"system {name!r}: {len(ids)} query ids but {len(values)} scores")
             table = dict(zip(ids, values.tolist()))
             if len(table) != len(ids):
                 dup = sorted({q for q in ids if ids.count(q) > 1})[:5]
@@ -121,19 +85,15 @@ def align(
         for name, table in tables.items():
             extra = sorted(set(table) - known)
             if extra:
-                raise ValueError(
-                    f"system {name!r}: {len(extra)} queries not in query_ids, e.g. {extra[:5]}"
-                )
+                raise ValueError(f"system {name!r}: {len(extra)} queries not in query_ids, e.g. {extra[:5]}")
     if not qids:
         raise ValueError("no queries to align")
     matrix = np.zeros((len(tables), len(qids)))
     for i, (name, table) in enumerate(tables.items()):
         absent = [q for q in qids if q not in table]
         if absent and missing == "error":
-            raise ValueError(
-                f"system {name!r} has no score for {len(absent)} of {len(qids)} queries, "
-                f"e.g. {absent[:5]} (pass missing='zero' to score them 0, as trec_eval -c)"
-            )
+            raise ValueError(f"system {name!r} has no score for {len(absent)} of {len(qids)} queries, "
+                             f"e.g. {absent[:5]} (pass missing='zero' to score them 0, as trec_eval -c)")
         matrix[i] = [table.get(q, 0.0) for q in qids]
     return Aligned(list(tables), qids, matrix)
 
@@ -186,3 +146,25 @@ def check_options(test: str, correction: str, alpha: float) -> None:
         raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+
+
+_NORMAL = statistics.NormalDist()
+
+
+def ndtr(x: ArrayLike) -> NDArray[np.float64]:
+    """The standard normal CDF (= scipy.special.ndtr), elementwise."""
+    return 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-np.asarray(x, np.float64) / math.sqrt(2.0))
+
+
+def ndtri(p: ArrayLike) -> NDArray[np.float64]:
+    """The inverse of the standard normal CDF (= scipy.special.ndtri): -inf at 0, inf at 1."""
+    def one(v: float) -> float:
+        if math.isnan(v):
+            return math.nan
+        if v <= 0.0:
+            return -math.inf
+        if v >= 1.0:
+            return math.inf
+        return _NORMAL.inv_cdf(v)
+
+    return np.vectorize(one, otypes=[np.float64])(np.asarray(p, np.float64))

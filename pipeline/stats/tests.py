@@ -1,7 +1,7 @@
-"""Paired tests of one system against another on the same queries, one row of per-query
-differences d = system - baseline at a time (vectorized over rows): the paired t-test, the
-Wilcoxon signed-rank and sign tests, Fisher's randomization test, effect sizes and
-wins/ties/losses. Smucker, Allan & Carterette 2007 compare these tests for IR.
+"""Significance tests: paired t, Wilcoxon signed-rank, sign and Fisher's randomization tests,
+effect sizes and wins/ties/losses on rows of per-query differences d = system - baseline
+(vectorized over rows); randomized Tukey HSD over all pairs of systems; p-value adjustment for
+multiple comparisons.
 """
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pipeline.stats.inputs import CHUNK_CELLS, REL_TOL, TIE_TOLERANCE, as_matrix, random_stream, scale
+from pipeline.stats.inputs import (CHUNK_CELLS, CORRECTIONS, REL_TOL, TIE_TOLERANCE, Correction, as_matrix,
+                                   random_stream, scale)
 
 #: The randomization test enumerates all 2^n sign flips up to this many queries.
 EXACT_MAX_N = 20
-
-
-def _as_diffs(diffs: ArrayLike) -> NDArray[np.float64]:
-    return as_matrix(diffs)
 
 
 def paired_t_test(diffs: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -28,7 +25,7 @@ def paired_t_test(diffs: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.flo
     = ``scipy.stats.ttest_rel``. All-zero differences give t = 0, p = 1 (scipy: NaN);
     constant non-zero differences give t = +-inf, p = 0.
     """
-    d = _as_diffs(diffs)
+    d = as_matrix(diffs)
     n = d.shape[1]
     mean = d.mean(axis=1)
     sd = d.std(axis=1, ddof=1)
@@ -42,13 +39,9 @@ def paired_t_test(diffs: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.flo
     return t, np.minimum(p, 1.0)
 
 
-def _snap(d: NDArray[np.float64]) -> NDArray[np.float64]:
-    return np.where(np.abs(d) <= TIE_TOLERANCE, 0.0, d)
-
-
 def wins_ties_losses(diffs: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Per row: queries with d > tol, |d| <= tol, d < -tol (tol = ``TIE_TOLERANCE``)."""
-    d = _as_diffs(diffs)
+    d = as_matrix(diffs)
     wins = np.count_nonzero(d > TIE_TOLERANCE, axis=1)
     losses = np.count_nonzero(d < -TIE_TOLERANCE, axis=1)
     return wins, d.shape[1] - wins - losses, losses
@@ -76,7 +69,8 @@ def wilcoxon_test(diffs: ArrayLike) -> NDArray[np.float64]:
     A row with no non-zero difference has p = 1 (scipy: NaN or an error).
     """
     import scipy.stats  # noqa: PLC0415
-    d = _snap(_as_diffs(diffs))
+    d = as_matrix(diffs)
+    d = np.where(np.abs(d) <= TIE_TOLERANCE, 0.0, d)
     p = np.ones(d.shape[0])
     for i, row in enumerate(d):
         if np.count_nonzero(row):
@@ -92,7 +86,7 @@ def effect_sizes(diffs: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.floa
     small-sample correction; Lakens 2013, eq. 4). sd = 0 gives 0 when the mean is 0, else
     +-inf.
     """
-    d = _as_diffs(diffs)
+    d = as_matrix(diffs)
     n = d.shape[1]
     mean, sd = d.mean(axis=1), d.std(axis=1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -103,13 +97,8 @@ def effect_sizes(diffs: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.floa
     return dz, dz * j
 
 
-def randomization_test(
-    diffs: ArrayLike,
-    *,
-    n_permutations: int = 10_000,
-    seed: int | None = 0,
-    exact_max_n: int = EXACT_MAX_N,
-) -> NDArray[np.float64]:
+def randomization_test(diffs: ArrayLike, *, n_permutations: int = 10_000, seed: int | None = 0,
+                       exact_max_n: int = EXACT_MAX_N) -> NDArray[np.float64]:
     """Fisher's paired randomization test (two-sided) on the mean difference, per row.
 
     Under H0 each query's difference is equally likely +d or -d: T* = mean(s * d) for
@@ -119,7 +108,7 @@ def randomization_test(
     rows, p = (#{|T*| >= |T|} + 1) / (B + 1). Computed on sums: sum(s*d) = 2 b@d - sum(d)
     for the 0/1 bits b.
     """
-    d = _as_diffs(diffs)
+    d = as_matrix(diffs)
     k, n = d.shape
     total = d.sum(axis=1)
     threshold = np.abs(total) - REL_TOL * np.maximum(np.abs(d).sum(axis=1), 1.0)
@@ -142,3 +131,87 @@ def randomization_test(
         stat = np.abs(2 * (bits @ dt) - total)
         count += np.count_nonzero(stat >= threshold, axis=0)
     return (count + 1) / (n_permutations + 1)
+
+
+def tukey_hsd(matrix: ArrayLike, *, n_permutations: int = 10_000, seed: int | None = 0) -> NDArray[np.float64]:
+    """Randomized Tukey HSD p-values for every pair of systems, ``[n_systems, n_systems]``.
+
+    For each of B trials, each query's scores are permuted across systems (independently
+    per query; stream 2 of ``seed``), and the range max_s mean*_s - min_s mean*_s is kept.
+    p(i, j) = (#{range* >= |mean_i - mean_j|} + 1) / (B + 1); the diagonal is 1. The max
+    over all systems makes the p-values family-wise (Carterette 2012; Sakai 2018, sec. 4.4),
+    so they need no further correction. With two systems this is the randomization test.
+    """
+    return tukey_hsd_stack(as_matrix(matrix)[None], n_permutations, seed)[0]
+
+
+def tukey_hsd_stack(x: NDArray[np.float64], n_permutations: int, seed: int | None) -> NDArray[np.float64]:
+    """:func:`tukey_hsd` for a stack ``[n_metrics, n_systems, n_queries]``, one set of permutations."""
+    if n_permutations < 1:
+        raise ValueError("n_permutations must be >= 1")
+    m, s, n = x.shape
+    means = x.mean(axis=2)
+    if s < 2:
+        return np.ones((m, s, s))
+    rng = random_stream(seed, 2)
+    # A query on which every system scores the same (on every metric) adds the same to every
+    # system's sum under any permutation, so it never changes the range: leave it out of the
+    # permutations. Exact, and it matters: in a sweep over placement and k every job has the
+    # same ranking, so on a ranking metric every query is such a query.
+    varying = (x != x[:, :1, :]).any(axis=(0, 1))
+    nv = int(varying.sum())
+    ranges = np.zeros((m, n_permutations))
+    if nv:
+        xv = x[:, :, varying]
+        # rows of (query, system) -> all metrics, so one gather serves every metric
+        table = np.ascontiguousarray(xv.transpose(2, 1, 0).reshape(nv * s, m))
+        base = (np.arange(nv, dtype=np.intp) * s)[:, None]
+        ident = np.broadcast_to(np.arange(s, dtype=np.intp), (nv, s))
+        rows = max(1, CHUNK_CELLS // (nv * s * m))
+        for start in range(0, n_permutations, rows):
+            b = min(rows, n_permutations - start)
+            perm = rng.permuted(np.broadcast_to(ident, (b, nv, s)), axis=2)
+            perm += base
+            sums = table[perm].sum(axis=1)  # [b, s, m]
+            ranges[:, start : start + b] = (sums.max(axis=1) - sums.min(axis=1)).T / n
+    gap = np.abs(means[:, :, None] - means[:, None, :])
+    tol = REL_TOL * scale(x.reshape(m, -1))[:, None, None]
+    count = np.empty((m, s, s), dtype=np.int64)
+    for i in range(m):
+        r = np.sort(ranges[i])
+        count[i] = n_permutations - np.searchsorted(r, (gap[i] - tol[i]).ravel(), side="left").reshape(s, s)
+    p = (count + 1) / (n_permutations + 1)
+    p[:, np.arange(s), np.arange(s)] = 1.0
+    return p
+
+
+def adjust_pvalues(p: ArrayLike, method: Correction = "holm") -> NDArray[np.float64]:
+    """Adjust p-values for multiple comparisons along the last axis.
+
+    holm (Holm 1979): sort ascending, adj_(i) = max_{j<=i} min(1, (m - j + 1) p_(j));
+    bonferroni: min(1, m p); fdr_bh (Benjamini & Hochberg 1995): adj_(i) = min_{j>=i}
+    min(1, m p_(j) / j); none: unchanged. Equals statsmodels' ``multipletests``.
+    """
+    if method not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, got {method!r}")
+    p = np.asarray(p, dtype=np.float64)
+    if p.size == 0:
+        return p.copy()
+    if np.isnan(p).any() or (p < 0).any() or (p > 1).any():
+        raise ValueError("p-values must lie in [0, 1]")
+    if method == "none":
+        return p.copy()
+    m = p.shape[-1]
+    if method == "bonferroni":
+        return np.minimum(p * m, 1.0)
+    order = np.argsort(p, axis=-1, kind="stable")
+    ps = np.take_along_axis(p, order, axis=-1)
+    ranks = np.arange(1, m + 1)
+    if method == "holm":
+        adj = np.maximum.accumulate(np.minimum((m - ranks + 1) * ps, 1.0), axis=-1)
+    else:
+        adj = np.minimum.accumulate((m / ranks * ps)[..., ::-1], axis=-1)[..., ::-1]
+        adj = np.minimum(adj, 1.0)
+    out = np.empty_like(adj)
+    np.put_along_axis(out, order, adj, axis=-1)
+    return out
