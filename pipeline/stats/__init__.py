@@ -46,7 +46,7 @@ from pipeline.stats.inputs import (CORRECTIONS, PAIRED_TESTS, TIE_TOLERANCE, Ali
                                    ndtr, ndtri)
 from pipeline.stats.sensitivity import (minimum_detectable_difference, power_paired_t, queries_needed, tie_bounds,
                                         tie_spread_flag)
-from pipeline.stats.tests import (EXACT_MAX_N, adjust_pvalues, effect_sizes, paired_t_test, randomization_test,
+from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_sizes, paired_t_test, randomization_test,
                                   sign_test, tukey_hsd, tukey_hsd_stack, wilcoxon_test, wins_ties_losses)
 
 __all__ = ["CORRECTIONS", "EXACT_MAX_N", "PAIRED_TESTS", "TIE_TOLERANCE", "Aligned", "BaselineComparison", "CiMethod",

@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from pipeline.stats.bootstrap import bootstrap_means, ci_from_distribution
 from pipeline.stats.inputs import PAIRED_TESTS, CiMethod, Correction, Test, as_matrix, as_names, check_options
 from pipeline.stats.sensitivity import minimum_detectable_difference, queries_needed
-from pipeline.stats.tests import (adjust_pvalues, effect_sizes, paired_t_test, randomization_test, sign_test,
+from pipeline.stats.significance import (adjust_pvalues, effect_sizes, paired_t_test, randomization_test, sign_test,
                                   tukey_hsd, tukey_hsd_stack, wilcoxon_test, wins_ties_losses)
 
 
