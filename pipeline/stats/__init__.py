@@ -6,7 +6,7 @@ inside the functions that need it. Every input is a per-query score matrix ``[n_
 n_queries]`` whose columns are the same queries in the same order (:func:`align` builds one from
 per-system dictionaries). Every computation is vectorized over systems and over
 resamples/permutations: resampled means are a matrix product of a resample-count matrix with the
-score matrix. Modules: ``inputs``, ``bootstrap``, ``tests`` (paired tests, Tukey HSD, p-value
+score matrix. Modules: ``inputs``, ``bootstrap``, ``significance`` (paired tests, Tukey HSD, p-value
 adjustment), ``sensitivity`` (power, score ties) and ``comparison`` (the reports).
 
 Conventions (each function's docstring gives the formula and its source):
