@@ -70,9 +70,6 @@ class FetchFailed(Exception):
     exit_code = 3
 
 
-# ------------------------------------------------------------------------------ checks
-
-
 def _expected_md5(name: str, md5: str | None) -> str:
     if md5 is not None:
         md5 = md5.strip().lower()
@@ -83,11 +80,6 @@ def _expected_md5(name: str, md5: str | None) -> str:
         raise InputError(f"no published checksum for {name!r}: known collections are {', '.join(sorted(CHECKSUMS))} "
                          "(give --md5 for another BEIR zip)")
     return CHECKSUMS[name]
-
-
-def _check_name(name: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
-        raise InputError(f"{name!r} is not a collection name (letters, digits, '.', '_', '-')")
 
 
 def md5_of(path: Path) -> str:
@@ -109,9 +101,8 @@ def verified(target: Path, md5: str) -> bool:
     its note names that checksum and every file listed there has its size."""
     try:
         note = json.loads((target / MARKER).read_text())
-        files = note["files"]
         return note.get("md5") == md5 and all((target / f).is_file() and (target / f).stat().st_size == size
-                                              for f, size in files.items())
+                                              for f, size in note["files"].items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
 
@@ -119,13 +110,6 @@ def verified(target: Path, md5: str) -> bool:
 def _is_beir(folder: Path) -> bool:
     return ((folder / "corpus.jsonl").is_file() or (folder / "corpus.jsonl.gz").is_file()) and \
         (folder / "queries.jsonl").is_file() and (folder / "qrels").is_dir()
-
-
-# ------------------------------------------------------------------------------ download
-
-
-def _host(url: str) -> str:
-    return urlsplit(url).hostname or url
 
 
 def _reason(err: BaseException) -> str:
@@ -144,6 +128,7 @@ def download(url: str, part: Path, progress: bool, say: Callable[[str], None] = 
     folder of ``part`` is made once the server answers. ``say`` gets the progress messages
     (the command prints them; a progress bar on stderr with ``progress``)."""
     have = part.stat().st_size if part.exists() else 0
+    host = urlsplit(url).hostname or url
     request = urllib.request.Request(url, headers={"User-Agent": "rag-retrieval-eval/pipeline.fetch"})
     if have:
         request.add_header("Range", f"bytes={have}-")
@@ -154,7 +139,7 @@ def download(url: str, part: Path, progress: bool, say: Callable[[str], None] = 
             return
         raise FetchFailed(f"error: {url}: HTTP {err.code} {err.reason}") from None
     except (urllib.error.URLError, OSError) as err:
-        raise FetchFailed(f"error: cannot reach {_host(url)} ({_reason(err)}); this machine looks offline: "
+        raise FetchFailed(f"error: cannot reach {host} ({_reason(err)}); this machine looks offline: "
                           f"{OFFLINE_HINT}") from None
     with response:
         resumed = have and response.status == 206
@@ -168,31 +153,20 @@ def download(url: str, part: Path, progress: bool, say: Callable[[str], None] = 
             part.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InputError(f"cannot create {part.parent}: {err.strerror or err}") from None
-        bar = _bar(total, have, url.rsplit("/", 1)[-1]) if progress else None
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
+                   desc=url.rsplit("/", 1)[-1], file=sys.stderr, disable=not progress)
         try:
             with open(part, "ab" if resumed else "wb") as fh:
                 while block := response.read(CHUNK):
                     fh.write(block)
-                    if bar is not None:
-                        bar.update(len(block))
+                    bar.update(len(block))
         except (urllib.error.URLError, OSError) as err:
-            raise FetchFailed(f"error: the download from {_host(url)} broke off ({_reason(err)}); run the same "
+            raise FetchFailed(f"error: the download from {host} broke off ({_reason(err)}); run the same "
                               f"command again to continue it") from None
         finally:
-            if bar is not None:
-                bar.close()
-
-
-def _bar(total: int | None, initial: int, desc: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-                file=sys.stderr)
-
-
-# ------------------------------------------------------------------------------ unpack
+            bar.close()
 
 
 def unpack(archive: Path, name: str, into: Path) -> tuple[Path, Path]:
@@ -207,11 +181,10 @@ def unpack(archive: Path, name: str, into: Path) -> tuple[Path, Path]:
                 if info.filename.startswith(("/", "\\")) or not (tmp / info.filename).resolve().is_relative_to(root):
                     raise InputError(f"{archive}: entry {info.filename!r} would land outside the folder")
             zf.extractall(tmp)
-    except zipfile.BadZipFile as err:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise InputError(f"{archive}: not a zip file ({err})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, zipfile.BadZipFile):
+            raise InputError(f"{archive}: not a zip file ({err})") from None
         raise
     entries = [p for p in tmp.iterdir() if p.name != "__MACOSX"]
     return tmp, entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
@@ -221,7 +194,8 @@ def fetch(name: str, into: Path, base_url: str, md5: str | None = None, force: b
           progress: bool = False, say: Callable[[str], None] = log.info) -> Path:
     """Download, verify and unpack collection ``name`` into ``into/name``; returns that folder.
     ``say`` gets what happens (already there, downloading, done), one line at a time."""
-    _check_name(name)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
+        raise InputError(f"{name!r} is not a collection name (letters, digits, '.', '_', '-')")
     expected = _expected_md5(name, md5)
     into = Path(into)
     target = into / name

@@ -36,12 +36,9 @@ from pipeline.errors import InputError
 
 BOM = b"\xef\xbb\xbf"
 _AFTER_BARE_CR = re.compile(rb"(?<=\r)(?!\n)")  # the point after a \r that no \n follows
-
-
 STDIN = "<stdin>"  # the name of standard input (the path ``-``) in messages
 GZIP_MAGIC = b"\x1f\x8b"
-#: Contents of the streams that can be read only once (stdin, pipes), decompressed, by path.
-_STREAMS: dict[str, bytes] = {}
+_STREAMS: dict[str, bytes] = {}  # the streams that can be read only once (stdin, pipes), decompressed, by path
 
 
 def open_binary(path: Path) -> IO[bytes]:

@@ -47,19 +47,14 @@ RESULTS = "results"
 RECORD = "record.json"
 MARKER = "mlflow_run.json"
 FAILED = "FAILED"
-#: In a sweep folder: the sweep id, its experiment and, once made, its MLflow parent run.
-SWEEP_FILE = "mlflow_sweep.json"
-#: In a sweep folder: the summary of the jobs (written when the sweep ends or is synced).
-SUMMARY = "summary"
+SWEEP_FILE = "mlflow_sweep.json"  #: in a sweep folder: the sweep id, its experiment and, once made, its parent run
+SUMMARY = "summary"  #: in a sweep folder: the jobs' summary (written when the sweep ends or is synced)
 PLOTS = ("plots/k_sweep.png", "plots/precision_recall.png")
-#: The files every complete results folder has (besides the plots, which may come later).
-FILES = ("metrics.json", "per_query.csv", "run.trec", "context.tsv", "config.yaml", "definition_card.md", RECORD)
 RECORD_FORMAT = "rag-eval-record/1"
 #: Keys every record has; a record without one of them is corrupt.
 RECORD_KEYS = ("format", "job_key", "experiment", "run_name", "params", "metrics", "curves", "tags", "dataset",
                "tracking", "k", "start_time_ms")
-#: Tag that identifies a job on its MLflow run (a second log of the same folder finds it).
-TAG_JOB_KEY = "job_key"
+TAG_JOB_KEY = "job_key"  #: the tag that identifies a job on its MLflow run (a second log of the folder finds it)
 
 
 @contextmanager
@@ -161,11 +156,8 @@ def find_results(folders: list[Path]) -> list[Path]:
             found.add(folder / RESULTS)
         else:
             found.update(p.parent for p in folder.rglob(f"{RESULTS}/{RECORD}"))
-    return sorted(found, key=_natural)
-
-
-def _natural(path: Path) -> list[Any]:
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts]
+    return sorted(found, key=lambda path: [(0, int(part), "") if part.isdigit() else (1, 0, part)
+                                           for part in path.parts])
 
 
 def write_failed(job_dir: Path, overrides: str, message: str) -> None:

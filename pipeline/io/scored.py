@@ -48,8 +48,7 @@ class Scored:
     doc_vocab: Callable[[], pa.Array] | None = None  # the ids doc_idx and qrels index (made on demand)
 
     def values(self, family: str, k: int) -> NDArray[np.float64]:
-        """Per-query ``family`` at cut-off ``k`` (1 <= k <= k_max), exact beyond the computed
-        depth: precision = hits / K, every other family unchanged."""
+        """Per-query ``family`` at cut-off ``k``, 1 <= k <= k_max (beyond the computed depth: the module docstring)."""
         ev = self.evaluation
         if not 1 <= k <= max(self.k_max, ev.k_max):
             raise ValueError(f"K={k} is outside 1..k_max={max(self.k_max, ev.k_max)}")
@@ -64,8 +63,7 @@ class Scored:
     def means(self, ks: Sequence[int]) -> dict[str, float]:
         """As ``Evaluation.means(ks)``, for any K up to k_max."""
         ev = self.evaluation
-        inside = [k for k in ks if k <= ev.k_max]
-        computed = ev.means(inside)
+        computed = ev.means([k for k in ks if k <= ev.k_max])
         beyond = [k for k in ks if k > ev.k_max]
         mask = ev.evaluated
         out: dict[str, float] = {}
@@ -89,14 +87,12 @@ class Scored:
         for family in ev.families():
             table.update((f"{family}_at_{k}", self.values(family, k)) for k in ks)
         table.update(ev.full)
-        table["n_relevant"] = ev.n_relevant
-        table["evaluated"] = ev.evaluated
+        table.update(n_relevant=ev.n_relevant, evaluated=ev.evaluated)
         return table
 
 
-def rank_run(
-    run: RunFile, qrels_file: QrelsFile, tie_break: str = "file_order"
-) -> tuple[list[str], NDArray[np.int64], Qrels, int]:
+def rank_run(run: RunFile, qrels_file: QrelsFile,
+             tie_break: str = "file_order") -> tuple[list[str], NDArray[np.int64], Qrels, int]:
     """Turn string-keyed run and qrels into the arrays ``metrics.evaluate`` takes.
 
     Returns (judged query ids sorted, doc_idx [n_queries, depth] in rank order with -1
@@ -104,23 +100,18 @@ def rank_run(
     pyarrow hash tables on the distinct values only; rows are handled as integer codes.
     """
     tie_break = tie_break_rule(tie_break, TIE_BREAKS_WITHOUT_CORPUS)
-    query_ids = pc.array_sort_indices(pc.unique(qrels_file.query))
-    query_ids = pc.take(pc.unique(qrels_file.query), query_ids)
-    n_q = len(query_ids)
+    judged = pc.unique(qrels_file.query)
+    query_ids = pc.take(judged, pc.array_sort_indices(judged))
     vocab = doc_vocab(qrels_file.doc, run.doc_dict, tie_break)
-    qrels = Qrels(
-        query_idx=_index_in(qrels_file.query, query_ids),
-        doc_idx=_index_in(qrels_file.doc, vocab),
-        grade=qrels_file.grades,
-    )
+    qrels = Qrels(query_idx=_index_in(qrels_file.query, query_ids), doc_idx=_index_in(qrels_file.doc, vocab),
+                  grade=qrels_file.grades)
     run_q = _index_in(run.query_dict, query_ids)[run.query_codes]  # -1: query without judgments
     run_docs = _index_in(run.doc_dict, vocab)[run.doc_codes]
     n_unjudged = int((_index_in(run.query_dict, query_ids) < 0).sum())
     rows = np.flatnonzero(run_q >= 0)
     run_q, run_docs, scores = run_q[rows], run_docs[rows], run.scores[rows]
-
     tie = -run_docs if tie_break == "docid_desc" else None  # None: file order
-    doc_idx = rows_to_ranking(run_q, run_docs, scores, n_q, tie=tie).doc_idx
+    doc_idx = rows_to_ranking(run_q, run_docs, scores, len(query_ids), tie=tie).doc_idx
     return query_ids.to_pylist(), doc_idx, qrels, n_unjudged
 
 
@@ -135,19 +126,11 @@ def doc_vocab(qrels_docs: pa.Array, run_docs: pa.Array, tie_break: str = "file_o
 
 def _index_in(values: pa.Array, value_set: pa.Array) -> NDArray[np.int64]:
     """Position of each value in ``value_set`` (-1 when absent)."""
-    found = pc.index_in(values, value_set=value_set)
-    return to_numpy(found, fill=-1).astype(np.int64)  # formats.to_numpy: no pandas import
+    return to_numpy(pc.index_in(values, value_set=value_set), fill=-1).astype(np.int64)  # to_numpy: no pandas
 
 
-def score_files(
-    qrels_path: str,
-    run_path: str,
-    k_max: int,
-    gain: str = "exp",
-    relevance_level: int = 1,
-    tie_break: str = "file_order",
-    judged_only: bool = False,
-) -> Scored:
+def score_files(qrels_path: str, run_path: str, k_max: int, gain: str = "exp", relevance_level: int = 1,
+                tie_break: str = "file_order", judged_only: bool = False) -> Scored:
     """Read, rank and evaluate; InputError for bad files (see the module docstring for K)."""
     qrels_file = read_qrels(qrels_path)
     run = read_run(run_path)
@@ -159,8 +142,8 @@ def score_files(
         path = require_file(qrels_path, "qrels")
         raise InputError(str(err), path, grade_line(path, min(top, EXP_GAIN_LIMIT))) from None
     k_eval = min(k_max, computed_depth(doc_idx, qrels))
-    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain, relevance_level=relevance_level,  # type: ignore[arg-type]
-                          judged_only=judged_only)
+    evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain,  # type: ignore[arg-type]
+                          relevance_level=relevance_level, judged_only=judged_only)
     qrels_docs, run_docs = qrels_file.doc, run.doc_dict  # not the whole files: the vocabulary is made on demand
     return Scored(query_ids, evaluation, unjudged, k_max, doc_idx, qrels,
                   lambda: doc_vocab(qrels_docs, run_docs, tie_break))

@@ -13,34 +13,21 @@ its run), so whatever a crash left unlogged, ``python -m pipeline.sync`` logs la
 once. Writers to one sqlite store take turns (:func:`writing`, a lock file beside the
 store), so the jobs of a parallel launcher never meet inside sqlite. Every failure of the
 store or server is a :class:`TrackingError`; the results are already on disk.
-
-Modules (import from here; they are the implementation):
-
-- ``store``: :class:`StoreSettings`, the client, safe creation of a sqlite store, the
-  writers' lock, experiments, the UI's address;
-- ``log``: one job as one run (:class:`RunRecord`, :func:`log_run`, the per-query table);
-- ``folder``: :func:`log_results`, a results folder logged exactly once;
-- ``sweeps``: a sweep's parent run (:func:`start_sweep`, :func:`finish_sweep`);
-- ``describe``: the run page's markdown; ``read``: what ``pipeline.compare`` reads and logs;
-- ``tags``: the tag and artifact names (contracts); ``credentials``: passwords kept out of
-  everything the pipeline shows or stores.
 """
 
 from __future__ import annotations
 
 from pipeline.tracking.credentials import CREDENTIAL_ENV, auth_refusal, http_status, redact
-from pipeline.tracking.describe import run_description
-from pipeline.tracking.folder import FOLDER_LOCK_TIMEOUT_S, log_results
-from pipeline.tracking.log import RunRecord, log_run, log_table
+from pipeline.tracking.log import (FOLDER_LOCK_TIMEOUT_S, RunRecord, finish_sweep, log_results, log_run, log_table,
+                                   run_description, start_sweep, sweep_parent)
 from pipeline.tracking.read import (COMPARE_EXPERIMENT, child_runs, download_artifact, experiment_runs, get_run_info,
                                     log_report)
-from pipeline.tracking.store import (STORE_LOCK_TIMEOUT_S, StoreSettings, TrackingError, client, ensure_store,
-                                     experiment_id, folder_name, new_store_note, open_hint, retrying, runs_with_tags,
-                                     sqlite_path, tracking_errors, ui_url, writing)
-from pipeline.tracking.sweeps import finish_sweep, start_sweep, sweep_parent
-from pipeline.tracking.tags import (EXPERIMENT_KIND, SWEEP_TABLE_FILE, TABLE_FILE, TAG_EXPERIMENT_KIND, TAG_GIT,
-                                    TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT,
-                                    TAG_RUN_NAME, TAG_SWEEP, TAG_SWEEP_PARENT, UI_WORKFLOW, table_tag)
+from pipeline.tracking.store import (EXPERIMENT_KIND, STORE_LOCK_TIMEOUT_S, SWEEP_TABLE_FILE, TABLE_FILE,
+                                     TAG_EXPERIMENT_KIND, TAG_GIT, TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE,
+                                     TAG_OVERRIDES, TAG_PARENT, TAG_RUN_NAME, TAG_SWEEP, TAG_SWEEP_PARENT, UI_WORKFLOW,
+                                     StoreSettings, TrackingError, client, ensure_store, experiment_id, folder_name,
+                                     new_store_note, open_hint, retrying, runs_with_tags, sqlite_path, table_tag,
+                                     tracking_errors, ui_url, writing)
 
 __all__ = [
     "COMPARE_EXPERIMENT", "CREDENTIAL_ENV", "EXPERIMENT_KIND", "FOLDER_LOCK_TIMEOUT_S", "STORE_LOCK_TIMEOUT_S",

@@ -1,17 +1,14 @@
-"""Credentials of a team server: kept out of every param, tag, record, message and log.
-
-MLflow's client reads a server's credentials from the environment (docs/team-server.md);
-:func:`redact` hides them and any ``user:password@`` of a URL in text the pipeline shows or
-stores, and :func:`auth_refusal` turns a server's 401/403 into one line that says what to set.
-"""
+"""Credentials of a team server (MLflow's client reads them from the environment,
+docs/team-server.md): kept out of every param, tag, record, message and log. :func:`redact`
+hides them and any ``user:password@`` of a URL in text the pipeline shows or stores, and
+:func:`auth_refusal` turns a server's 401/403 into one line that says what to set."""
 
 from __future__ import annotations
 
 import os
 import re
 
-#: Where MLflow's client reads a team server's credentials from (docs/team-server.md). The
-#: values must never reach a param, a tag, a record, a message or a log.
+#: Where MLflow's client reads a team server's credentials from.
 CREDENTIAL_ENV = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/?#@\s]*):(?P<secret>[^@/?#\s]*)@")

@@ -1,16 +1,11 @@
 """The tracking store: its settings, the client on it, safe creation of a sqlite store, the
-writers' lock, experiments, and the lines that tell a user where to look.
-
-A sqlite store is shared by every job of a parallel launcher, each logging from its own
-process. Two things keep them from meeting inside sqlite: a new store is created under a lock
-file beside it and renamed into place (never half-made, never migrated twice), and writers
-take turns through :func:`writing` (the same lock file). :func:`retrying` covers the races
-that remain between writers that take no such lock (the clients of a server, another tool on
-the sqlite file): two of them creating one experiment or one dataset input.
-"""
+writers' lock (:func:`writing`), :func:`retrying` for the races of writers that take no lock
+(the clients of a server, another tool on the sqlite file), experiments, the names written
+into a store, and the lines that tell a user where to look."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,20 +13,51 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pipeline.io import results as res
 from pipeline.tracking.credentials import auth_refusal, redact
-from pipeline.tracking.tags import EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, UI_WORKFLOW
 
 if TYPE_CHECKING:
     from filelock import FileLock
     from mlflow import MlflowClient
 
 T = TypeVar("T")
+
+# The names written into a store are contracts: the sweep summary, ``pipeline.compare``,
+# MLflow's UI and users' searches (``tags.sweep_id = '...'``) rely on them.
+TAG_SWEEP = "sweep_id"  # a job's sweep; its parent run also carries TAG_SWEEP_PARENT = "true"
+TAG_SWEEP_PARENT = "sweep_parent"
+TAG_OVERRIDES = "hydra_overrides"  # the job's Hydra overrides, as typed on the command line
+TAG_GIT = "git_commit"
+TAG_JOB_KEY = res.TAG_JOB_KEY  # what makes logging a results folder idempotent (pipeline.io.results)
+TAG_PARENT = "mlflow.parentRunId"  # MLflow's: a nested run's parent
+TAG_RUN_NAME = "mlflow.runName"  # MLflow's: a run's name
+TAG_NOTE = "mlflow.note.content"  # MLflow's: a run's (or experiment's) description, markdown shown on its page
+#: The experiment tag that tells MLflow's UI what an experiment holds, and its value for model
+#: training (the runs table and charts, not the GenAI views): ``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT``
+#: of MLflow 3.17's UI (``mlflow/server/js/build/static/js/main.*.js``). MLflow 3.17.2's UI reads it
+#: only when its global workflow-type switch is off, and it is on in this build: the UI opens in its
+#: GenAI view unless the URL carries :data:`UI_WORKFLOW` (``ui_url`` adds it) or the user once clicked
+#: "Model training" (the browser remembers it).
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+UI_WORKFLOW = "workflowType=machine_learning"  # the UI's query parameter for its model-training view
+#: The run tag that lists the tables MLflow's UI shows (``MlflowClient.log_table`` sets it).
+TAG_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
+TABLE_FILE = "per_query_table.json"  # a run's per-query table, as the UI and mlflow.load_table read it
+SWEEP_TABLE_FILE = "summary/sweep_table.json"  # a sweep's table of jobs, on its parent run
+
+
+def table_tag(artifact_file: str) -> str:
+    """The value of :data:`TAG_LOGGED_ARTIFACTS` for a run whose one table is ``artifact_file``:
+    what ``MlflowClient.log_table`` would set, set by the caller in a request it makes anyway
+    (``pipeline.tracking.log.log_table``)."""
+    return json.dumps([{"path": artifact_file, "type": "table"}])
 
 
 class TrackingError(RuntimeError):
@@ -69,9 +95,7 @@ class StoreSettings:
 
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI; None for a server."""
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///") :])
-    return None
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
 
 @contextmanager
@@ -90,17 +114,13 @@ def tracking_errors(what: str, uri: str | None = None) -> Iterator[None]:
         raise TrackingError(redact(f"{what}: {type(exc).__name__}: {exc}")) from exc
 
 
-def _configure_http(settings: StoreSettings) -> None:
+def client(settings: StoreSettings) -> MlflowClient:
+    """An MlflowClient on the configured store (a new sqlite store is created safely first)."""
     # Fail fast against a dead server instead of waiting through MLflow's default retries.
     # The config wins over the environment: it is what the run logs as its params.
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.http_retries)
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(settings.http_timeout_s)
-
-
-def client(settings: StoreSettings) -> MlflowClient:
-    """An MlflowClient on the configured store (a new sqlite store is created safely first)."""
-    _configure_http(settings)
     uri = str(settings.uri)
     db = sqlite_path(uri)
     if db is not None and not db.is_absolute():
@@ -154,23 +174,20 @@ def _create_sqlite_store(db: Path) -> None:
 
 
 def _migrate_into_place(db: Path) -> None:
-    """Create MLflow's tables in a temporary file beside ``db`` and rename it to ``db``; on
-    any failure, remove every file sqlite left."""
+    """MLflow's tables made in a temporary file beside ``db``, renamed to ``db``; on any
+    failure, every file sqlite left is removed."""
     fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".creating", dir=db.parent)
     os.close(fd)
     os.unlink(tmp)  # sqlite makes the file itself
     try:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        store = SqlAlchemyStore(f"sqlite:///{tmp}", str(db.parent / "mlartifacts"))
-        store.engine.dispose()
+        SqlAlchemyStore(f"sqlite:///{tmp}", str(db.parent / "mlartifacts")).engine.dispose()
         os.replace(tmp, db)
     except BaseException as exc:
         for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
-            try:
+            with suppress(OSError):
                 os.unlink(leftover)
-            except OSError:
-                pass
         if isinstance(exc, Exception):
             raise TrackingError(f"cannot create the MLflow store {db}: {type(exc).__name__}: {exc}") from None
         raise
@@ -227,7 +244,7 @@ def signals_deferred() -> Iterator[None]:
     caught: list[int] = []
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
-        signal.signal(sig, lambda signum, frame: caught.append(signum))
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
     try:
         yield
     finally:
@@ -242,10 +259,8 @@ def signals_deferred() -> Iterator[None]:
 
 
 def ensure_store(settings: StoreSettings) -> None:
-    """Create (migrate) the tracking store now, once, before parallel jobs start.
-
-    Two jobs creating a new sqlite store at once lose runs ("table ... already exists").
-    """
+    """Create (migrate) the tracking store now, once, before parallel jobs start: two jobs
+    creating a new sqlite store at once lose runs ("table ... already exists")."""
     with tracking_errors(f"cannot open the MLflow store {settings.uri}"):
         client(settings).search_experiments(max_results=1)
 
@@ -271,10 +286,7 @@ def retrying(fn: Callable[[], T], attempts: int = 5) -> T:
 def experiment_id(mlflow_client: MlflowClient, name: str, settings: StoreSettings) -> str:
     """The experiment's id, created (with artifacts under ``artifact_root`` and the tag
     :data:`TAG_EXPERIMENT_KIND`) if missing; an existing experiment without the tag (made by
-    an older version) gets it.
-
-    Parallel jobs may race to create it: the loser reads the winner's.
-    """
+    an older version) gets it. Parallel jobs may race to create it: the loser reads the winner's."""
     found = mlflow_client.get_experiment_by_name(name)
     if found is not None:
         if TAG_EXPERIMENT_KIND not in (found.tags or {}):
@@ -320,8 +332,7 @@ def open_hint(uri: str, experiment_id: str, run_id: str | None = None) -> str:
     db = sqlite_path(uri)
     if db is None:
         return f"open it: {ui_url(uri, experiment_id, run_id)}"
-    store = f"sqlite:///{db.resolve()}"
-    return (f"open it: mlflow ui --backend-store-uri {store}   then "
+    return (f"open it: mlflow ui --backend-store-uri sqlite:///{db.resolve()}   then "
             f"{ui_url('http://127.0.0.1:5000', experiment_id, run_id)}")
 
 
