@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError
+from pipeline.tracking.credentials import redact
 from pipeline.tracking.store import (TAG_PARENT, TAG_RUN_NAME, TAG_SWEEP_PARENT, StoreSettings, TrackingError, client,
                                      experiment_id, retrying, sqlite_path, tracking_errors, writing)
 
@@ -37,8 +38,8 @@ def _reading(settings: StoreSettings, what: str | None = None) -> Iterator[Mlflo
     except (TrackingError, InputError):
         raise
     except Exception as exc:
-        raise TrackingError(f"{what or f'cannot read the MLflow store {settings.uri}'}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+        raise TrackingError(redact(f"{what or f'cannot read the MLflow store {settings.uri}'}: "
+                                   f"{type(exc).__name__}: {exc}")) from exc
 
 
 def _run_info(run: Any) -> dict[str, Any]:
