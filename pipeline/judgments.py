@@ -1,13 +1,7 @@
 """``python -m pipeline.judgments``: Label Studio export -> TREC qrels and agreement.
 
-    python -m pipeline.judgments EXPORT.json [--out DIR] [--rule median|majority|max]
-        [--relevance-level 1] [--choices grade]
-
-EXPORT.json is Label Studio's JSON export (``exportType=JSON``) of a project made by
-``pipeline.pool``. Written to ``--out`` (default: the export's folder / ``<export
-name>.judgments``): one qrels per annotator, a consensus qrels by ``--rule``,
-``agreement.json`` and ``disagreements.tsv``; ``pipeline.judging.judgments``'s docstring
-has the rules. A malformed export stops with one line (exit status 2).
+The export, the outputs and their rules are ``pipeline.judging.judgments``'s (its docstring);
+a malformed export stops with one line (exit status 2).
 """
 
 from __future__ import annotations

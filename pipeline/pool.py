@@ -1,22 +1,13 @@
 """``python -m pipeline.pool``: depth-d pooling of several runs into Label Studio tasks.
 
-    python -m pipeline.pool [OVERRIDE ...] [--retriever SPEC ...] [--run RUN.trec ...]
-        [--depth 10] [--max-pool N] [--qrels FILE ...] [--seed 0] [--out DIR]
-        [--label-studio URL] [--title TITLE]
-
 OVERRIDE are Hydra overrides choosing the collection (default ``dataset=sample``), e.g.
 ``dataset=beir dataset.path=/data/x`` or, for a corpus without any judgments yet,
 ``dataset=trec dataset.qrels=null dataset.queries=q.tsv dataset.corpus=docs.jsonl`` (every
 query of the queries file is then pooled: ``pipeline.io.collection.load_unjudged``). The runs
-are retriever configs (``--retriever bm25``, or ``--retriever "hybrid retriever.rrf_k=30"``:
-a config-group option and overrides for it; retrieved through ``pipeline.stages.retrieve``, so
-rankings are cached) and/or TREC run files (``--run``, mapped onto the corpus like
-``retriever=run_file``).
-
-The pool and its outputs are ``pipeline.judging.pool``'s (its docstring has the rules).
-Outputs in ``--out`` (default ``outputs/pool``): ``pool.tsv``, ``tasks.json``,
-``labeling_config.xml`` and ``pool.json``. ``--label-studio URL`` also creates the project
-and imports the tasks through the API (token: ``LABEL_STUDIO_API_KEY``).
+are retriever configs (``--retriever "hybrid retriever.rrf_k=30"``: a config-group option and
+overrides for it, retrieved through ``pipeline.stages.retrieve``, so rankings are cached) and/or
+TREC run files (``--run``, mapped onto the corpus like ``retriever=run_file``). The pool and its
+outputs are ``pipeline.judging.pool``'s (its docstring has the rules).
 """
 
 from __future__ import annotations
@@ -40,32 +31,17 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 def compose(overrides: Sequence[str]) -> Any:
     """The Hydra config of ``overrides``; InputError with Hydra's first line when one is bad."""
     from hydra import compose as hydra_compose, initialize_config_dir
-
-    import pipeline.config  # noqa: F401  (registers the base_config schema)
-
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    pipeline.config.check_overrides(list(overrides))
+    from pipeline import config  # also registers the base_config schema
+
+    config.check_overrides(list(overrides))
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return hydra_compose("config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:  # an unknown option or key: Hydra's first line
         raise InputError(f"{' '.join(overrides)}: {str(err).strip().splitlines()[0]}") from None
-
-
-def load_collection(cfg: Any) -> Collection:
-    """The dataset of ``cfg``; with ``dataset=trec dataset.qrels=null`` a collection of every
-    query of the queries file and no judgments (a corpus nobody has judged yet)."""
-    from omegaconf import OmegaConf
-
-    from pipeline import stages
-    from pipeline.config import Settings
-
-    spec = OmegaConf.to_container(cfg.dataset, resolve=True)
-    if spec.get("_target_") == "pipeline.io.collection.load_trec" and spec.get("qrels") is None:
-        return load_unjudged(**{k: v for k, v in spec.items() if k not in ("_target_", "qrels", "strict")})
-    return stages.load(Settings.of(cfg))
 
 
 def retriever_configs(args: argparse.Namespace) -> list[tuple[list[str], Any]]:
@@ -77,37 +53,41 @@ def retriever_configs(args: argparse.Namespace) -> list[tuple[list[str], Any]]:
         words = spec.split()
         if not words:
             raise InputError("--retriever needs a config name, e.g. --retriever bm25")
-        group = [words[0] if "=" in words[0] else f"retriever={words[0]}"]
-        cfg = compose([*args.overrides, *group, *words[1:]])
+        cfg = compose([*args.overrides, words[0] if "=" in words[0] else f"retriever={words[0]}", *words[1:]])
         config.check_numbers(cfg.retriever, "retriever")
         found.append((words, cfg))
     return found
 
 
-def run_rankings(args: argparse.Namespace, collection: Collection,
-                 configs: list[tuple[list[str], Any]]) -> tuple[list[NDArray], list[str]]:
-    """The doc_idx matrix of every --retriever and --run, and their names."""
+def load_and_rank(args: argparse.Namespace, cfg: Any,
+                  configs: list[tuple[list[str], Any]]) -> tuple[Collection, list[NDArray], list[str]]:
+    """The collection of ``cfg`` (with ``dataset=trec dataset.qrels=null``: every query of the
+    queries file and no judgments, a corpus nobody has judged yet), and the doc_idx matrix and
+    the name of every --retriever and --run."""
     from omegaconf import OmegaConf
 
     from pipeline import stages
     from pipeline.config import Settings
 
+    spec = OmegaConf.to_container(cfg.dataset, resolve=True)
+    if spec.get("_target_") == "pipeline.io.collection.load_trec" and spec.get("qrels") is None:
+        collection = load_unjudged(**{k: v for k, v in spec.items() if k not in ("_target_", "qrels", "strict")})
+    else:
+        collection = stages.load(Settings.of(cfg))
     rankings, names = [], []
-    for words, cfg in configs:
-        OmegaConf.set_struct(cfg, False)
-        ranking, _ = stages.retrieve(Settings.of(cfg), collection, min(args.depth, collection.n_docs))
+    for words, retriever_cfg in configs:
+        OmegaConf.set_struct(retriever_cfg, False)
+        ranking, _ = stages.retrieve(Settings.of(retriever_cfg), collection, min(args.depth, collection.n_docs))
         rankings.append(ranking.doc_idx)
         names.append(" ".join(words))
     rankings += run_file_rankings(args.run, collection, args.depth)
     names += [str(path) for path in args.run]
-    return rankings, names
+    return collection, rankings, names
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m pipeline.pool",
-        description="Depth-d pooling of several runs into Label Studio tasks (docs/judging.md).",
-    )
+    p = argparse.ArgumentParser(prog="python -m pipeline.pool", description="Depth-d pooling of several runs "
+                                "into Label Studio tasks (docs/judging.md).")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the dataset (default dataset=sample)")
     p.add_argument("--retriever", action="append", default=[], metavar="SPEC",
                    help="a retriever config and its overrides, e.g. 'bm25' or 'hybrid retriever.rrf_k=30' (repeatable)")
@@ -126,30 +106,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_args(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> None:
+    """Pool, write the outputs and (with --label-studio) import the tasks; print what was done."""
+    from pipeline import config
+
     if not args.retriever and not args.run:
         raise InputError("nothing to pool: give at least one --retriever or --run")
     if args.depth < 1:
         raise InputError(f"--depth must be >= 1, got {args.depth}")
     if args.max_pool is not None and args.max_pool < 1:
         raise InputError(f"--max-pool must be >= 1, got {args.max_pool}")
-
-
-def run(args: argparse.Namespace) -> None:
-    """Pool, write the outputs and (with --label-studio) import the tasks; print what was done."""
-    from pipeline import config
-
-    check_args(args)
     token = None
-    if args.label_studio:
+    if args.label_studio:  # the token is checked before any work
         from pipeline.judging import labelstudio
 
         token = labelstudio.token_from_env()
     cfg = compose(args.overrides)
     config.check_numbers(cfg.dataset, "dataset")
     configs = retriever_configs(args)  # bad retriever settings fail before the collection is read
-    collection = load_collection(cfg)
-    rankings, names = run_rankings(args, collection, configs)
+    collection, rankings, names = load_and_rank(args, cfg, configs)
     result = pool(rankings, collection.query_ids, collection.doc_ids, args.depth,
                   judged_pairs(collection, args.qrels), args.max_pool, args.seed)
     summary = pool_summary(result, collection, names, args.depth, args.max_pool, args.seed, args.qrels)
@@ -160,8 +135,6 @@ def run(args: argparse.Namespace) -> None:
           f"{result.n_judged} already judged, {result.n_capped} over --max-pool)")
     print(f"written: {out / 'pool.tsv'}, {out / 'tasks.json'}, {out / 'labeling_config.xml'}, {out / 'pool.json'}")
     if args.label_studio:
-        from pipeline.judging import labelstudio
-
         client = labelstudio.Client(args.label_studio, token)
         title = args.title or f"{collection.name} pool depth {args.depth}"
         project = client.create_project(title, labeling_config())

@@ -1,39 +1,31 @@
-"""Label Studio export -> TREC qrels and inter-annotator agreement (the library of
-``python -m pipeline.judgments``).
+"""Label Studio export -> TREC qrels and inter-annotator agreement (the library of ``python -m pipeline.judgments``).
 
-The export is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with
-``data`` and ``annotations``) of a project made by ``pipeline.pool``: every task's ``data``
-has ``query_id`` and ``doc_id``, and the grade is the exported value of the ``<Choices
-name="grade">`` (the digit ``0``-``3``; a value such as ``"2: gives useful background"`` is
-read by its leading integer). Annotators are named by their e-mail when the export has it,
-else ``user<id>``. Cancelled (skipped) annotations and annotations without a grade are
-counted and left out; when one annotator graded the same (query, document) more than once
-the annotation with the highest id (the latest) counts.
+The export is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with ``data`` and
+``annotations``) of a project made by ``pipeline.pool``: every task's ``data`` has ``query_id`` and
+``doc_id``, and the grade is the exported value of the ``<Choices name="grade">`` (the digit ``0``-``3``;
+a value such as ``"2: gives useful background"`` is read by its leading integer). Annotators are named
+by their e-mail when the export has it, else ``user<id>``. Cancelled (skipped) annotations and
+annotations without a grade are counted and left out; when one annotator graded the same (query,
+document) more than once the annotation with the highest id (the latest) counts.
 
-Written by :func:`write_outputs` (the command's ``--out``; default: the export's folder /
-``<export name>.judgments``):
+Written by :func:`write_outputs` (the command's ``--out``; default: the export's folder / ``<export name>.judgments``):
 
 - ``qrels.<annotator>.txt``: one TREC qrels per annotator (``qid 0 docid grade``);
-- ``qrels.consensus.txt``: one grade per judged (query, document), by ``--rule`` over the
-  grades it received (one grade: that grade):
-  ``median`` (default): the median; with an even number of grades, the lower of the two
-  middle grades (never above what half of the annotators gave);
-  ``majority``: the most frequent grade; a tie between grades goes to the lowest of them;
-  ``max``: the highest grade (a document is as relevant as its most generous annotator says);
-- ``agreement.json``: for each pair of annotators, on the items both graded, Cohen's kappa
-  with quadratic weights (kappa = 1 - sum w*O / sum w*E, w_ij = (i - j)^2, O the observed and
-  E the chance joint distribution of the two annotators' grades; equals scikit-learn's
-  ``cohen_kappa_score(weights="quadratic", labels=range(lo, hi + 1))``), and over all
-  annotators Krippendorff's alpha with the ordinal distance (``krippendorff.alpha``,
-  items graded once carry no pairable value); each on the graded scale and binarized
-  (grade >= ``--relevance-level`` -> 1, else 0). A coefficient whose chance disagreement is
-  zero (e.g. both annotators always gave the same grade) is undefined: ``null``;
-- ``disagreements.tsv``: every item whose grades differ, worst first: largest spread
-  (max - min grade), then items on both sides of the relevance level, then by query and
-  document id; with the grades of each annotator, the consensus and the question.
-
-The qrels are ready for ``python -m pipeline dataset=trec dataset.qrels=DIR/qrels.consensus.txt ...``
-and ``python -m pipeline.score``. A malformed export stops with one line (exit status 2).
+- ``qrels.consensus.txt``: one grade per judged (query, document), by ``--rule`` over the grades it
+  received (one grade: that grade): ``median`` (default): the median; with an even number of grades,
+  the lower of the two middle grades (never above what half of the annotators gave); ``majority``: the
+  most frequent grade, a tie going to the lowest of the tied grades; ``max``: the highest grade (a
+  document is as relevant as its most generous annotator says);
+- ``agreement.json``: for each pair of annotators, on the items both graded, Cohen's kappa with
+  quadratic weights (:func:`quadratic_kappa`; equals scikit-learn's
+  ``cohen_kappa_score(weights="quadratic", labels=range(lo, hi + 1))``), and over all annotators
+  Krippendorff's alpha with the ordinal distance (``krippendorff.alpha``, items graded once carry no
+  pairable value); each on the graded scale and binarized (grade >= ``--relevance-level`` -> 1, else 0).
+  A coefficient whose chance disagreement is zero (e.g. both annotators always gave the same grade) is
+  undefined: ``null``;
+- ``disagreements.tsv``: every item whose grades differ, worst first: largest spread (max - min grade),
+  then items on both sides of the relevance level, then by query and document id; with the grades of
+  each annotator, the consensus and the question.
 """
 
 from __future__ import annotations
@@ -72,24 +64,11 @@ class Judgments:
         return sorted({item for by in self.grades.values() for item in by})
 
 
-# --------------------------------------------------------------------------- reading
-
-
-def _grade(value: Any, where: str, path: Path) -> int:
-    text = str(value).strip()
-    match = re.match(r"^(-?\d+)(?:\s*[:.)\-]|$)", text)
-    if not match:
-        raise InputError(f"{where}: grade {value!r} is not an integer (expected 0-3 or '2: ...')", path)
-    return int(match.group(1))
-
-
 def _annotator(annotation: dict[str, Any]) -> str:
     who = annotation.get("completed_by")
     if isinstance(who, dict):
         return str(who.get("email") or f"user{who.get('id')}")
-    if who is None:
-        return "unknown"
-    return f"user{who}"
+    return "unknown" if who is None else f"user{who}"
 
 
 def _load_tasks(path: Path) -> list[Any]:
@@ -112,20 +91,6 @@ def _load_tasks(path: Path) -> list[Any]:
     return tasks
 
 
-def _task_item(task: Any, where: str, path: Path) -> tuple[tuple[str, str], list[Any]]:
-    """((query id, document id), annotations) of one task; InputError when malformed."""
-    if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
-        raise InputError(f"{where}: not a task object with a 'data' object", path)
-    data = task["data"]
-    for key in ("query_id", "doc_id"):
-        if not isinstance(data.get(key), (str, int)) or not str(data.get(key)).strip():
-            raise InputError(f"{where}: data has no {key!r} (was the project made by pipeline.pool?)", path)
-    annotations = task.get("annotations", [])
-    if not isinstance(annotations, list):
-        raise InputError(f"{where}: 'annotations' is not a list", path)
-    return (str(data["query_id"]).strip(), str(data["doc_id"]).strip()), annotations
-
-
 def _annotation_grade(annotation: Any, where: str, choices: str, path: Path, report: dict[str, int]) -> int | None:
     """The grade an annotation gives, or None when it was cancelled or has none (counted in
     ``report``); InputError when malformed."""
@@ -146,7 +111,10 @@ def _annotation_grade(annotation: Any, where: str, choices: str, path: Path, rep
         return None
     if not isinstance(values[0], list) or len(values[0]) != 1:
         raise InputError(f"{where}: expected one choice in {choices!r}, found {values[0]!r}", path)
-    return _grade(values[0][0], where, path)
+    match = re.match(r"^(-?\d+)(?:\s*[:.)\-]|$)", str(values[0][0]).strip())  # "2" or "2: gives useful ..."
+    if not match:
+        raise InputError(f"{where}: grade {values[0][0]!r} is not an integer (expected 0-3 or '2: ...')", path)
+    return int(match.group(1))
 
 
 def read_export(path: str | Path, choices: str = "grade") -> Judgments:
@@ -158,9 +126,18 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
     report = dict.fromkeys(("tasks", "annotations", "cancelled", "without_grade", "regraded"), 0)
     for i, task in enumerate(tasks):
         where = f"task {i + 1}" + (f" (id {task.get('id')})" if isinstance(task, dict) and "id" in task else "")
-        item, annotations = _task_item(task, where, path)
-        if isinstance(task["data"].get("query"), str):
-            queries.setdefault(item[0], task["data"]["query"])
+        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
+            raise InputError(f"{where}: not a task object with a 'data' object", path)
+        data = task["data"]
+        for key in ("query_id", "doc_id"):
+            if not isinstance(data.get(key), (str, int)) or not str(data.get(key)).strip():
+                raise InputError(f"{where}: data has no {key!r} (was the project made by pipeline.pool?)", path)
+        annotations = task.get("annotations", [])
+        if not isinstance(annotations, list):
+            raise InputError(f"{where}: 'annotations' is not a list", path)
+        item = (str(data["query_id"]).strip(), str(data["doc_id"]).strip())
+        if isinstance(data.get("query"), str):
+            queries.setdefault(item[0], data["query"])
         report["tasks"] += 1
         for annotation in annotations:
             grade = _annotation_grade(annotation, where, choices, path, report)
@@ -177,9 +154,6 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
     if not report["tasks"]:
         raise InputError("the export has no tasks", path)
     return Judgments({who: {item: g for item, (_, g) in by.items()} for who, by in grades.items()}, queries, report)
-
-
-# --------------------------------------------------------------------------- consensus
 
 
 def consensus_grade(grades: Sequence[int], rule: str) -> int:
@@ -200,9 +174,6 @@ def consensus_grade(grades: Sequence[int], rule: str) -> int:
 def consensus(judgments: Judgments, rule: str) -> dict[tuple[str, str], int]:
     return {item: consensus_grade([by[item] for by in judgments.grades.values() if item in by], rule)
             for item in judgments.items()}
-
-
-# --------------------------------------------------------------------------- agreement
 
 
 def quadratic_kappa(a: NDArray[np.integer], b: NDArray[np.integer]) -> float:
@@ -267,24 +238,18 @@ def agreement(judgments: Judgments, relevance_level: int = 1) -> dict[str, Any]:
         common = sorted(gx.keys() & gy.keys())
         a = np.array([gx[i] for i in common], np.int64)
         b = np.array([gy[i] for i in common], np.int64)
-        pairs.append({
-            "annotators": [x, y], "n_items": len(common),
-            "exact_agreement": _finite(float(np.mean(a == b))) if len(common) else None,
-            "kappa_quadratic": _finite(quadratic_kappa(a, b)),
-            "kappa_quadratic_binary": _finite(quadratic_kappa(a >= relevance_level, b >= relevance_level)),
-        })
-    return {
-        "annotators": {who: len(judgments.grades[who]) for who in judgments.annotators},
-        "n_items": len(items),
-        "n_items_multiply_graded": int(np.sum(np.sum(~np.isnan(matrix), axis=0) >= 2)),
-        "relevance_level": relevance_level,
-        "alpha_ordinal": _finite(ordinal_alpha(matrix)),
-        "alpha_ordinal_binary": _finite(ordinal_alpha(binary)),
-        "pairs": pairs,
-    }
+        pairs.append({"annotators": [x, y], "n_items": len(common),
+                      "exact_agreement": _finite(float(np.mean(a == b))) if len(common) else None,
+                      "kappa_quadratic": _finite(quadratic_kappa(a, b)),
+                      "kappa_quadratic_binary": _finite(quadratic_kappa(a >= relevance_level, b >= relevance_level))})
+    return {"annotators": {who: len(judgments.grades[who]) for who in judgments.annotators}, "n_items": len(items),
+            "n_items_multiply_graded": int(np.sum(np.sum(~np.isnan(matrix), axis=0) >= 2)),
+            "relevance_level": relevance_level, "alpha_ordinal": _finite(ordinal_alpha(matrix)),
+            "alpha_ordinal_binary": _finite(ordinal_alpha(binary)), "pairs": pairs}
 
 
-def disagreements(judgments: Judgments, agreed: dict[tuple[str, str], int], relevance_level: int) -> list[dict[str, Any]]:
+def disagreements(judgments: Judgments, agreed: dict[tuple[str, str], int],
+                  relevance_level: int) -> list[dict[str, Any]]:
     """Items whose grades differ, worst first (the module docstring)."""
     rows = []
     for item in judgments.items():
@@ -292,17 +257,12 @@ def disagreements(judgments: Judgments, agreed: dict[tuple[str, str], int], rele
         lo, hi = min(given.values()), max(given.values())
         if lo == hi:
             continue
-        rows.append({
-            "query_id": item[0], "doc_id": item[1], "spread": hi - lo,
-            "crosses_relevance_level": int(lo < relevance_level <= hi),
-            "grades": ";".join(f"{who}={g}" for who, g in sorted(given.items())),
-            "consensus": agreed[item], "query": judgments.queries.get(item[0], ""),
-        })
+        rows.append({"query_id": item[0], "doc_id": item[1], "spread": hi - lo,
+                     "crosses_relevance_level": int(lo < relevance_level <= hi),
+                     "grades": ";".join(f"{who}={g}" for who, g in sorted(given.items())),
+                     "consensus": agreed[item], "query": judgments.queries.get(item[0], "")})
     rows.sort(key=lambda r: (-r["spread"], -r["crosses_relevance_level"], r["query_id"], r["doc_id"]))
     return rows
-
-
-# --------------------------------------------------------------------------- writing
 
 
 def _safe_name(annotator: str) -> str:

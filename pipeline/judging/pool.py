@@ -1,28 +1,22 @@
 """Depth-d pooling for relevance judging (the library of ``python -m pipeline.pool``).
 
-The pool (TREC's depth-d pooling; Sparck Jones and van Rijsbergen 1975, Voorhees and Harman
-2005), for each query:
+The pool (TREC's depth-d pooling; Sparck Jones and van Rijsbergen 1975, Voorhees and Harman 2005), for
+each query, of the ``doc_idx`` matrices of several runs (retrievers, or TREC run files: :func:`run_file_rankings`):
 
 1. the union of the top ``depth`` documents of every run;
-2. minus the documents already judged for the query (the dataset's qrels and every
-   ``--qrels`` file, e.g. an earlier round of judging), so a pool grows as retrievers arrive;
-3. capped at ``max_pool`` documents: they are ranked by their best rank in any run
-   (then corpus order) and the first N kept, which is pooling at the largest depth that fits
-   plus part of the next one;
-4. shuffled: each query's documents are sorted by a hash of the seed, the query id and the
-   document id (``shuffle_keys``): an order that depends on nothing else, never on ranks or
-   runs, and is the same on every machine.
+2. minus the documents already judged for the query (the dataset's qrels and every ``--qrels`` file,
+   e.g. an earlier round of judging), so a pool grows as retrievers arrive;
+3. capped at ``max_pool`` documents: they are ranked by their best rank in any run (then corpus
+   order) and the first N kept, which is pooling at the largest depth that fits plus part of the next;
+4. shuffled: each query's documents are sorted by a hash of the seed, the query id and the document
+   id (``shuffle_keys``): an order that depends on nothing else, never on ranks or runs, and is the
+   same on every machine.
 
-Runs are ``doc_idx`` matrices: from retrievers, or from TREC run files mapped onto the
-corpus like ``retriever=run_file`` (:func:`run_file_ranking`: score descending, then corpus
-order; documents not in the corpus are skipped and counted).
-
-Nothing written says which run found a document or at what rank. :func:`write_pool` writes
-``pool.tsv`` (header ``query_id<TAB>doc_id``, one line per document to judge, in the shuffled
-order), ``tasks.json`` (Label Studio tasks: ``data`` holds ``query_id``, ``query``,
-``doc_id``, ``document``), ``labeling_config.xml`` (the question, the document and a 0-3
-grade with hotkeys 0-3) and ``pool.json`` (:func:`pool_summary`: the settings and counts; run
-names but no per-document provenance).
+Nothing written says which run found a document or at what rank. :func:`write_pool` writes ``pool.tsv``
+(header ``query_id<TAB>doc_id``, one line per document to judge, in the shuffled order), ``tasks.json``
+(Label Studio tasks: ``data`` holds ``query_id``, ``query``, ``doc_id``, ``document``),
+``labeling_config.xml`` (the question, the document and a 0-3 grade with hotkeys 0-3) and ``pool.json``
+(:func:`pool_summary`: the settings and counts; run names but no per-document provenance).
 """
 
 from __future__ import annotations
@@ -46,12 +40,8 @@ from pipeline.io.results import atomic_open
 log = logging.getLogger(__name__)
 
 # The grade scale shown to annotators (docs/judging.md); the alias is what Label Studio exports.
-GRADES = (
-    (3, "answers the question directly and completely"),
-    (2, "gives useful background or part of the answer"),
-    (1, "on the topic but not useful"),
-    (0, "off-topic"),
-)
+GRADES = ((3, "answers the question directly and completely"), (2, "gives useful background or part of the answer"),
+          (1, "on the topic but not useful"), (0, "off-topic"))
 CHOICES_NAME = "grade"  # the <Choices name> whose value pipeline.judgments reads
 
 
@@ -72,22 +62,18 @@ class Pool:
         return int(len(np.unique(self.query_idx)))
 
 
-def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """SplitMix64's finalizer (Steele, Lea and Flood 2014), wrapping uint64 arithmetic."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def _id_hashes(ids: Sequence[str], seed: int) -> NDArray[np.uint64]:
     h, seed = xxhash.xxh3_64_intdigest, seed % (1 << 64)
     return np.fromiter((h(i.encode("utf-8", "surrogatepass"), seed) for i in ids), dtype=np.uint64, count=len(ids))
 
 
 def _mix(hq: NDArray[np.uint64], hd: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """``splitmix64(hq * φ + hd)``: SplitMix64's finalizer (Steele, Lea and Flood 2014), wrapping uint64 arithmetic."""
     with np.errstate(over="ignore"):
-        return _splitmix64(hq * np.uint64(0x9E3779B97F4A7C15) + hd)
+        x = hq * np.uint64(0x9E3779B97F4A7C15) + hd
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
 def shuffle_keys(seed: int, query_ids: Sequence[str], doc_ids: Sequence[str]) -> NDArray[np.uint64]:
@@ -99,15 +85,9 @@ def shuffle_keys(seed: int, query_ids: Sequence[str], doc_ids: Sequence[str]) ->
     return _mix(_id_hashes(q_unique.tolist(), seed)[q_inverse], _id_hashes(d_unique.tolist(), seed)[d_inverse])
 
 
-def pool(
-    rankings: Sequence[NDArray[np.integer]],
-    query_ids: Sequence[str],
-    doc_ids: Sequence[str],
-    depth: int = 10,
-    judged: tuple[NDArray[np.integer], NDArray[np.integer]] | None = None,
-    max_pool: int | None = None,
-    seed: int = 0,
-) -> Pool:
+def pool(rankings: Sequence[NDArray[np.integer]], query_ids: Sequence[str], doc_ids: Sequence[str], depth: int = 10,
+         judged: tuple[NDArray[np.integer], NDArray[np.integer]] | None = None, max_pool: int | None = None,
+         seed: int = 0) -> Pool:
     """Pool the ``doc_idx`` matrices ``rankings`` ([n_queries, width], -1 = nothing, rows in
     the order of ``query_ids``) as the module docstring says. ``judged`` is a pair of arrays
     (query index, document index) of judged documents to leave out."""
@@ -151,9 +131,7 @@ def _best_ranks(rankings: Sequence[NDArray[np.integer]], n_q: int, width: int,
         d = cols.astype(np.int64, copy=False).ravel()
         keep = d >= 0
         qs.append(q[keep]), ds.append(d[keep]), rs.append(r[keep])
-    q = np.concatenate(qs) if qs else np.zeros(0, np.int64)
-    d = np.concatenate(ds) if ds else np.zeros(0, np.int64)
-    rank = np.concatenate(rs) if rs else np.zeros(0, np.int64)
+    q, d, rank = (np.concatenate(parts) if parts else np.zeros(0, np.int64) for parts in (qs, ds, rs))
     key = q * width + d
     order = np.lexsort((rank, key))
     key, rank = key[order], rank[order]
@@ -174,37 +152,30 @@ def _cap(q: NDArray[np.int64], d: NDArray[np.int64], rank: NDArray[np.int64],
     return q[keep], d[keep], int((~keep).sum())
 
 
-# --------------------------------------------------------------------------- outputs
-
-
 def labeling_config(question_title: str = "Question", document_title: str = "Document") -> str:
     """The Label Studio labeling config: the question, the document, one 0-3 grade (hotkeys
     0-3; the exported value is the digit, the ``alias``)."""
-    choices = "\n".join(
-        f'    <Choice value={quoteattr(f"{g}: {text}")} alias="{g}" hotkey="{g}"/>' for g, text in GRADES
-    )
-    return (
-        "<View>\n"
-        f"  <Header value={quoteattr(question_title)}/>\n"
-        '  <Text name="query" value="$query"/>\n'
-        f"  <Header value={quoteattr(document_title)}/>\n"
-        '  <Text name="document" value="$document"/>\n'
-        f"  <Header value={quoteattr('How well does the document answer the question? (keys 0-3)')}/>\n"
-        f'  <Choices name="{CHOICES_NAME}" toName="document" choice="single-radio" required="true" '
-        'showInLine="false">\n'
-        f"{choices}\n"
-        "  </Choices>\n"
-        "</View>\n"
-    )
+    choices = "\n".join(f'    <Choice value={quoteattr(f"{g}: {text}")} alias="{g}" hotkey="{g}"/>'
+                        for g, text in GRADES)
+    question = quoteattr("How well does the document answer the question? (keys 0-3)")
+    return f"""<View>
+  <Header value={quoteattr(question_title)}/>
+  <Text name="query" value="$query"/>
+  <Header value={quoteattr(document_title)}/>
+  <Text name="document" value="$document"/>
+  <Header value={question}/>
+  <Choices name="{CHOICES_NAME}" toName="document" choice="single-radio" required="true" showInLine="false">
+{choices}
+  </Choices>
+</View>
+"""
 
 
 def tasks(result: Pool, collection: Collection) -> list[dict[str, Any]]:
     """Label Studio tasks, one per pooled document, in the pool's order."""
-    return [
-        {"data": {"query_id": collection.query_ids[qi], "query": collection.query_texts[qi],
-                  "doc_id": collection.doc_ids[di], "document": collection.doc_texts[di]}}
-        for qi, di in zip(result.query_idx.tolist(), result.doc_idx.tolist())
-    ]
+    return [{"data": {"query_id": collection.query_ids[qi], "query": collection.query_texts[qi],
+                      "doc_id": collection.doc_ids[di], "document": collection.doc_texts[di]}}
+            for qi, di in zip(result.query_idx.tolist(), result.doc_idx.tolist())]
 
 
 def _check_ids(values: Sequence[str], what: str, path: Path) -> None:
@@ -246,18 +217,13 @@ def pool_summary(result: Pool, collection: Collection, runs: Sequence[str], dept
                  seed: int, qrels_files: Sequence[str]) -> dict[str, Any]:
     """What ``pool.json`` records: the settings, the run names and the counts (no provenance)."""
     per_query = np.bincount(result.query_idx, minlength=collection.n_queries)
-    return {
-        "dataset": collection.name, "source": collection.source, "collection_digest": collection.digest,
-        "runs": list(runs), "depth": depth, "max_pool": max_pool, "seed": seed,
-        "qrels_files": list(qrels_files), "n_queries": collection.n_queries,
-        "n_candidates": result.n_candidates, "n_already_judged": result.n_judged,
-        "n_left_out_by_max_pool": result.n_capped, "n_pooled": int(len(result.doc_idx)),
-        "pooled_per_query": {"min": int(per_query.min(initial=0)), "max": int(per_query.max(initial=0)),
-                             "mean": float(per_query.mean()) if len(per_query) else 0.0},
-    }
-
-
-# --------------------------------------------------------------------------- judged documents and runs
+    return {"dataset": collection.name, "source": collection.source, "collection_digest": collection.digest,
+            "runs": list(runs), "depth": depth, "max_pool": max_pool, "seed": seed, "qrels_files": list(qrels_files),
+            "n_queries": collection.n_queries, "n_candidates": result.n_candidates,
+            "n_already_judged": result.n_judged, "n_left_out_by_max_pool": result.n_capped,
+            "n_pooled": int(len(result.doc_idx)),
+            "pooled_per_query": {"min": int(per_query.min(initial=0)), "max": int(per_query.max(initial=0)),
+                                 "mean": float(per_query.mean()) if len(per_query) else 0.0}}
 
 
 def judged_pairs(collection: Collection, qrels_files: Sequence[str]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -277,34 +243,30 @@ def judged_pairs(collection: Collection, qrels_files: Sequence[str]) -> tuple[ND
     return np.concatenate(qs), np.concatenate(ds)
 
 
-def run_file_ranking(path: str | Path, query_index: Any, doc_index: Any, depth: int) -> NDArray[np.int64]:
-    """The doc_idx matrix of a TREC run on the collection, as ``retriever=run_file`` orders it
-    (score descending, then corpus order); documents missing from the corpus are skipped and
-    counted, queries missing from the collection ignored. Ids are looked up once per distinct
-    id (``query_index`` and ``doc_index`` are pandas Indexes of the collection's ids), not
-    once per line."""
-    from retrievers.base import rows_to_ranking
-
-    run = read_run(path)
-    q = query_index.get_indexer(run.query_dict.to_numpy(zero_copy_only=False)).astype(np.int64)[run.query_codes]
-    d = doc_index.get_indexer(run.doc_dict.to_numpy(zero_copy_only=False)).astype(np.int64)[run.doc_codes]
-    asked = q >= 0
-    unknown = int((asked & (d < 0)).sum())
-    if unknown:
-        log.warning("run %s: %d result lines name documents that are not in the corpus; skipped", path, unknown)
-    other = int((~asked).sum())
-    if other:
-        log.info("run %s: %d result lines are for queries outside the collection; ignored", path, other)
-    keep = asked & (d >= 0)
-    return rows_to_ranking(q[keep], d[keep], run.scores[keep], len(query_index), depth, d[keep]).doc_idx
-
-
 def run_file_rankings(paths: Sequence[str | Path], collection: Collection, depth: int) -> list[NDArray[np.int64]]:
-    """The doc_idx matrix of each TREC run file on the collection (:func:`run_file_ranking`)."""
+    """The doc_idx matrix of each TREC run file on the collection, as ``retriever=run_file`` orders it
+    (score descending, then corpus order); documents missing from the corpus are skipped and counted,
+    queries missing from the collection ignored. Ids are looked up once per distinct id, not once per line."""
     if not paths:
         return []
     import pandas as pd
 
+    from retrievers.base import rows_to_ranking
+
     doc_index = pd.Index(np.asarray(collection.doc_ids, dtype=object))
     query_index = pd.Index(np.asarray(collection.query_ids, dtype=object))
-    return [run_file_ranking(path, query_index, doc_index, depth) for path in paths]
+    rankings = []
+    for path in paths:
+        run = read_run(path)
+        q = query_index.get_indexer(run.query_dict.to_numpy(zero_copy_only=False)).astype(np.int64)[run.query_codes]
+        d = doc_index.get_indexer(run.doc_dict.to_numpy(zero_copy_only=False)).astype(np.int64)[run.doc_codes]
+        asked = q >= 0
+        unknown = int((asked & (d < 0)).sum())
+        if unknown:
+            log.warning("run %s: %d result lines name documents that are not in the corpus; skipped", path, unknown)
+        other = int((~asked).sum())
+        if other:
+            log.info("run %s: %d result lines are for queries outside the collection; ignored", path, other)
+        keep = asked & (d >= 0)
+        rankings.append(rows_to_ranking(q[keep], d[keep], run.scores[keep], len(query_index), depth, d[keep]).doc_idx)
+    return rankings

@@ -213,7 +213,7 @@ def _awkward_corpus(folder: Path) -> Path:
 
 def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
     import pipeline.io.collection as data
-    from pipeline.io.collection import filetexts
+    from pipeline.io.collection import records
 
     folder = _awkward_corpus(tmp_path / "f")
     held = load_beir(folder, lazy_texts=False)
@@ -228,7 +228,7 @@ def test_lazy_texts_are_exactly_the_texts_in_memory(tmp_path, monkeypatch):
         assert texts[sl] == held.doc_texts[sl]
     with pytest.raises(IndexError):
         texts[5]
-    monkeypatch.setattr(filetexts, "READ_DOCS", 2)  # iteration in reads of 2 documents
+    monkeypatch.setattr(records, "READ_DOCS", 2)  # iteration in reads of 2 documents
     assert list(texts) == held.doc_texts
 
 

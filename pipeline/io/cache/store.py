@@ -1,28 +1,22 @@
-"""How every cache entry is written and read back: atomic files, content hashes, checks.
-
-An entry is data files plus a JSON record written last (its commit marker). Writes go to a
-temporary name in the same folder and are renamed (``os.replace``), with the mode a plain
-``open`` would give. Reads verify: :func:`load_verified` checks an array's dtype and
-content hash against the record, and the checks raise :class:`DamagedEntry` (discard and
-recompute, with a warning) or :class:`LegacyEntry` (an entry this process cannot verify).
-"""
+"""How every cache entry is named, written and read back: canonical keys, atomic files, content
+hashes, and the checks that raise :class:`DamagedEntry` or :class:`LegacyEntry`."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-
-from pipeline.io.cache.keys import canonical
 
 try:  # much faster than blake2b on large arrays; blake2b where it is missing
     import xxhash
@@ -34,7 +28,58 @@ log = logging.getLogger(__name__)
 HASH_ALGO = "xxh3_128" if xxhash is not None else "blake2b_128"
 
 
-# --------------------------------------------------------------------------- atomic writes
+def canonical(obj: Any) -> Any:
+    """A JSON-able copy of ``obj`` with one spelling per value (see :func:`digest`); what a
+    cache entry records as its key, and compares with the key asked for."""
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, (float, np.floating)):
+        value = float(obj)
+        return value if math.isfinite(value) else repr(value)  # JSON has no inf/nan; keep them distinct
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, Mapping):  # also OmegaConf DictConfig
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"cache keys need string dict keys, got {k!r}")
+            out[k] = canonical(v)
+        return out
+    if isinstance(obj, Set):
+        return sorted(canonical(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return canonical(obj.tolist())
+    if isinstance(obj, Sequence) and not isinstance(obj, (bytes, bytearray)):  # also ListConfig
+        return [canonical(v) for v in obj]
+    raise TypeError(f"cannot use a {type(obj).__name__} in a cache key: {obj!r}")
+
+
+def canonical_json(obj: Any) -> str:
+    """Compact JSON with sorted keys: equal keys give equal text."""
+    return json.dumps(canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(obj: Any) -> str:
+    """sha256 hex of the canonical JSON of ``obj``: dicts (any ``Mapping``, so OmegaConf configs
+    too) sorted by key, tuples and lists the same, numpy scalars as Python numbers, paths as
+    strings; ``1`` and ``1.0`` differ (retrievers store floats as floats). Anything else raises
+    ``TypeError`` rather than being hashed by its ``repr``."""
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def texts_digest(ids: Sequence[str], texts: Sequence[str]) -> str:
+    """sha256 of (id, text) pairs in order: changes when any id, text or the order changes."""
+    h = hashlib.sha256()
+    for i, t in zip(ids, texts, strict=True):
+        for part in (str(i), str(t)):
+            data = part.encode("utf-8")
+            h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no ambiguity
+            h.update(data)
+    return h.hexdigest()
 
 
 _UMASK_LOCK = threading.Lock()
@@ -43,13 +88,10 @@ _UMASK_LOCK = threading.Lock()
 def _umask() -> int:
     """The process umask, read without changing it where Linux allows (``/proc``); else
     set and restored under a lock (``os.umask`` has no read-only form)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     with _UMASK_LOCK:
         mask = os.umask(0o022)
         os.umask(mask)
@@ -65,10 +107,8 @@ def _atomic_write(path: Path, write: Callable[[Any], None], mode: str) -> None:
             write(fh)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -93,11 +133,7 @@ def save_json(path: str | Path, obj: Any) -> None:
 
 def load_json(path: str | Path) -> Any:
     """The JSON value in ``path``."""
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-# --------------------------------------------------------------------------- verification
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def content_hash(array: NDArray) -> str:
@@ -116,6 +152,16 @@ def file_hash(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return f"{HASH_ALGO}:{h.hexdigest()}"
+
+
+def text_hashes(texts: Sequence[str]) -> NDArray[np.uint64]:
+    """xxh3_128 (blake2b-128 where xxhash is missing) of each text's UTF-8 bytes, as an
+    ``[n, 2]`` uint64 array: one row per text, equal rows for equal texts."""
+    if xxhash is not None:
+        raw = b"".join(xxhash.xxh3_128_digest(str(t).encode("utf-8")) for t in texts)
+    else:  # pragma: no cover - xxhash is a dependency
+        raw = b"".join(hashlib.blake2b(str(t).encode("utf-8"), digest_size=16).digest() for t in texts)
+    return np.frombuffer(raw, dtype=np.uint64).reshape(len(texts), 2).copy()
 
 
 class DamagedEntry(Exception):
@@ -188,10 +234,8 @@ def read_meta(meta: Path) -> dict[str, Any]:
 
 def discard(meta: Path) -> None:
     """Remove an entry's commit marker, so that nobody reads the entry again."""
-    try:
+    with contextlib.suppress(OSError):
         meta.unlink()
-    except OSError:
-        pass
 
 
 _UNWRITABLE_WARNED: set[str] = set()

@@ -34,11 +34,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.io.collection.base import REPORT_KEYS, Collection, DocRecord
+from pipeline.io.collection.records import Collection, DocRecord
 from pipeline.io.formats import QrelsFile
 from pipeline.metrics import Qrels
 
 log = logging.getLogger(__name__)
+
+#: The keys of ``Collection.report`` (each always present, 0 when nothing happened) and what they count.
+REPORT_TEXT = {
+    "empty_docs": "documents have an empty text (kept)",
+    "empty_queries": "evaluated queries have an empty text (kept)",
+    "duplicate_judgments": "identical duplicate judgments were dropped (one kept each)",
+    "qrels_unknown_docs":
+        "judgments name documents missing from the corpus (kept: they count in R but can never be retrieved)",
+    "qrels_unknown_queries": "judged queries are missing from the queries file (their judgments were dropped)",
+    "qrels_dropped_judgments": "judgments were dropped because their query is missing",
+    "queries_without_judgments": "queries have no judgment in this split (not evaluated)",
+}
+REPORT_KEYS = tuple(REPORT_TEXT)
 
 
 @dataclass(frozen=True)
@@ -74,22 +87,16 @@ def hash_str(update: Callable[[bytes], None], *items: str) -> None:
         update(data)
 
 
-def collect_docs(
-    records: Iterable[DocRecord],
-    rescan: Callable[[], Iterable[DocRecord]],
-    where: Path | str,
-    hasher: Any,
-    keep_texts: bool = True,
-) -> tuple[list[str], list[str], int]:
+def collect_docs(records: Iterable[DocRecord], rescan: Callable[[], Iterable[DocRecord]], where: Path | str,
+                 hasher: Any, keep_texts: bool = True) -> tuple[list[str], list[str], int]:
     """Consume document records into (ids, texts, number of empty texts), hashing them into
-    ``hasher``: duplicate ids are an error, empty texts are counted.
+    ``hasher``: duplicate ids are an error, empty texts are counted; with ``keep_texts=False``
+    the texts are hashed and counted but not kept (an empty list).
 
     Memory matters here (a corpus can have millions of short documents): besides the two
     output lists only the 64-bit ``hash()`` of each id is kept (8 bytes a document, far less
     than a set of the ids). Equal hashes are checked exactly afterwards, and the lines of a
-    real duplicate are found by reading the input again (``rescan``), which only happens on
-    the way to an error. With ``keep_texts=False`` the texts are hashed and counted but not
-    kept (an empty list).
+    real duplicate are found by reading the input again (``rescan``), on the way to an error.
     """
     ids: list[str] = []
     texts: list[str] = []
@@ -119,9 +126,8 @@ def collect_docs(
     return ids, texts, empty
 
 
-def raise_duplicate_doc(
-    ids: list[str], suspect_hashes: set[int], rescan: Callable[[], Iterable[DocRecord]], where: Path | str
-) -> None:
+def raise_duplicate_doc(ids: list[str], suspect_hashes: set[int], rescan: Callable[[], Iterable[DocRecord]],
+                        where: Path | str) -> None:
     """Raise for the first repeated id (in input order), naming both lines; return on a mere hash collision."""
     counts: dict[str, int] = {}
     for did in ids:
@@ -159,19 +165,6 @@ def load_parts(parts: Parts) -> Collection:
                                                   keep_texts=parts.texts_from is None)
     if parts.texts_from is not None:
         doc_texts = parts.texts_from(doc_ids)  # type: ignore[assignment]
-    return _assemble(parts, judgments, queries, doc_ids, doc_texts, empty_docs, hasher)
-
-
-def _assemble(
-    parts: Parts,
-    judgments: QrelsFile,
-    queries: dict[str, tuple[str, int]],
-    doc_ids: list[str],
-    doc_texts: Sequence[str],
-    empty_docs: int,
-    hasher: Any,
-) -> Collection:
-    """Map judgments to indices, apply the soft/hard rules, finish the digest."""
     if not doc_ids:
         raise InputError("corpus has no documents", parts.corpus_where)
     if not queries:
@@ -179,30 +172,44 @@ def _assemble(
     report = dict.fromkeys(REPORT_KEYS, 0)
     report["empty_docs"] = empty_docs
     report["duplicate_judgments"] = int(judgments.n_duplicates)
-    qids, dids, grades = _drop_unknown_queries(
-        parts, queries, judgments.query_ids, judgments.doc_ids, judgments.grades, report)
-    query_ids, query_texts = _evaluated_queries(parts, queries, qids, report)
+    qids, dids, grades = _drop_unknown_queries(parts, queries, judgments.query_ids, judgments.doc_ids,
+                                               judgments.grades, report)
+    judged_set = set(qids.tolist())  # the evaluated queries: in file order, those with a kept judgment
+    query_ids = [q for q in queries if q in judged_set]
+    if not query_ids:
+        raise InputError(
+            f"no evaluable query: none of the {len(queries)} queries in this file is judged in {parts.qrels_where}",
+            parts.queries_where)
+    query_texts = [queries[q][0] for q in query_ids]
+    report["queries_without_judgments"] = len(queries) - len(query_ids)
+    report["empty_queries"] = sum(1 for t in query_texts if not t or t.isspace())
     query_idx, doc_idx = _judged_indices(parts, query_ids, doc_ids, qids, dids, report)
-    query_idx, doc_idx, grades, dids = _canonical_order(query_idx, doc_idx, grades, dids)
-    _hash_queries_and_qrels(hasher, query_ids, query_texts, query_idx, dids, grades, len(doc_ids))
-    log_report(parts.name, report, parts.qrels_where)
-    return Collection(
-        name=parts.name,
-        doc_ids=doc_ids,
-        doc_texts=doc_texts,
-        query_ids=query_ids,
-        query_texts=query_texts,
-        qrels=Qrels(query_idx=query_idx, doc_idx=doc_idx, grade=grades),
-        digest=hasher.hexdigest(),
-        source=parts.source,
-        report=report,
-    )
+    # the canonical order: by query, document index, then document id, whatever the file order
+    did_rank = np.unique(dids.astype(str), return_inverse=True)[1] if len(dids) else np.zeros(0, np.int64)
+    order = np.lexsort((did_rank, doc_idx, query_idx))
+    query_idx, doc_idx, dids = query_idx[order], doc_idx[order], dids[order]
+    grades = np.asarray(grades, np.int64)[order]
+    update = hasher.update  # the digest goes on: the evaluated queries, the judgments, the counts
+    update(b"queries\n")
+    for q, t in zip(query_ids, query_texts):
+        hash_str(update, q, t)
+    update(b"qrels\n")
+    for qi, d, g in zip(query_idx.tolist(), dids.tolist(), grades.tolist()):
+        hash_str(update, query_ids[qi], d)
+        update(b"%d;" % g)
+    update(b"end %d %d %d\n" % (len(doc_ids), len(query_ids), len(grades)))
+    for key, count in report.items():
+        if count:  # info for queries outside the split: normal for BEIR (queries.jsonl holds every split)
+            level = logging.INFO if key == "queries_without_judgments" else logging.WARNING
+            log.log(level, "%s: %d %s [%s] (qrels: %s)", parts.name, count, REPORT_TEXT[key], key, parts.qrels_where)
+    return Collection(name=parts.name, doc_ids=doc_ids, doc_texts=doc_texts, query_ids=query_ids,
+                      query_texts=query_texts, qrels=Qrels(query_idx=query_idx, doc_idx=doc_idx, grade=grades),
+                      digest=hasher.hexdigest(), source=parts.source, report=report)
 
 
-def _drop_unknown_queries(
-    parts: Parts, queries: dict[str, tuple[str, int]], qids: NDArray[np.object_], dids: NDArray[np.object_],
-    grades: NDArray[np.int64], report: dict[str, int],
-) -> tuple[NDArray[np.object_], NDArray[np.object_], NDArray[np.int64]]:
+def _drop_unknown_queries(parts: Parts, queries: dict[str, tuple[str, int]], qids: NDArray[np.object_],
+                          dids: NDArray[np.object_], grades: NDArray[np.int64],
+                          report: dict[str, int]) -> tuple[NDArray[np.object_], NDArray[np.object_], NDArray[np.int64]]:
     """The judgments whose query is in the queries file (the others cannot be evaluated):
     the rest are counted, or an error in strict mode."""
     known_q = np.fromiter((q in queries for q in qids), dtype=bool, count=len(qids))
@@ -211,37 +218,15 @@ def _drop_unknown_queries(
     missing = qids[~known_q]
     if parts.strict:
         q, d = str(missing[0]), str(dids[~known_q][0])
-        raise InputError(
-            f"judged query {q!r} is not in the queries file {parts.queries_where} (strict mode)",
-            parts.qrels_where,
-            parts.judgment_line(q, d),
-        )
+        raise InputError(f"judged query {q!r} is not in the queries file {parts.queries_where} (strict mode)",
+                         parts.qrels_where, parts.judgment_line(q, d))
     report["qrels_unknown_queries"] = len(set(missing.tolist()))
     report["qrels_dropped_judgments"] = int(len(missing))
     return qids[known_q], dids[known_q], grades[known_q]
 
 
-def _evaluated_queries(
-    parts: Parts, queries: dict[str, tuple[str, int]], qids: NDArray[np.object_], report: dict[str, int]
-) -> tuple[list[str], list[str]]:
-    """(ids, texts) of the evaluated queries: file order, those with at least one kept judgment."""
-    judged_set = set(qids.tolist())
-    query_ids = [q for q in queries if q in judged_set]
-    if not query_ids:
-        raise InputError(
-            f"no evaluable query: none of the {len(queries)} queries in this file is judged in {parts.qrels_where}",
-            parts.queries_where,
-        )
-    query_texts = [queries[q][0] for q in query_ids]
-    report["queries_without_judgments"] = len(queries) - len(query_ids)
-    report["empty_queries"] = sum(1 for t in query_texts if not t or t.isspace())
-    return query_ids, query_texts
-
-
-def _judged_indices(
-    parts: Parts, query_ids: list[str], doc_ids: list[str], qids: NDArray[np.object_], dids: NDArray[np.object_],
-    report: dict[str, int],
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _judged_indices(parts: Parts, query_ids: list[str], doc_ids: list[str], qids: NDArray[np.object_],
+                    dids: NDArray[np.object_], report: dict[str, int]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(query index, document index) of each judgment; -1 for a document not in the corpus
     (counted, or an error in strict mode). Document indices are looked up only for judged
     documents, in one pass over the corpus ids."""
@@ -256,60 +241,7 @@ def _judged_indices(
     if unknown.any():
         if parts.strict:
             q, d = str(qids[unknown][0]), str(dids[unknown][0])
-            raise InputError(
-                f"judged document {d!r} (query {q!r}) is not in the corpus {parts.corpus_where} (strict mode)",
-                parts.qrels_where,
-                parts.judgment_line(q, d),
-            )
+            raise InputError(f"judged document {d!r} (query {q!r}) is not in the corpus {parts.corpus_where} "
+                             "(strict mode)", parts.qrels_where, parts.judgment_line(q, d))
         report["qrels_unknown_docs"] = int(unknown.sum())
     return query_idx, doc_idx
-
-
-def _canonical_order(
-    query_idx: NDArray[np.int64], doc_idx: NDArray[np.int64], grades: NDArray[np.integer], dids: NDArray[np.object_]
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.object_]]:
-    """The judgments sorted by (query, document index, document id), whatever the file order."""
-    if len(dids):
-        _, did_rank = np.unique(dids.astype(str), return_inverse=True)
-    else:
-        did_rank = np.zeros(0, dtype=np.int64)
-    order = np.lexsort((did_rank, doc_idx, query_idx))
-    return query_idx[order], doc_idx[order], np.asarray(grades, dtype=np.int64)[order], dids[order]
-
-
-def _hash_queries_and_qrels(
-    hasher: Any, query_ids: list[str], query_texts: list[str], query_idx: NDArray[np.int64],
-    dids: NDArray[np.object_], grades: NDArray[np.int64], n_docs: int,
-) -> None:
-    """Finish the digest: the evaluated queries, the judgments in canonical order, the counts."""
-    update = hasher.update
-    update(b"queries\n")
-    for q, t in zip(query_ids, query_texts):
-        hash_str(update, q, t)
-    update(b"qrels\n")
-    for qi, d, g in zip(query_idx.tolist(), dids.tolist(), grades.tolist()):
-        hash_str(update, query_ids[qi], d)
-        update(b"%d;" % g)
-    update(b"end %d %d %d\n" % (n_docs, len(query_ids), len(grades)))
-
-
-_REPORT_TEXT = {
-    "empty_docs": "documents have an empty text (kept)",
-    "empty_queries": "evaluated queries have an empty text (kept)",
-    "duplicate_judgments": "identical duplicate judgments were dropped (one kept each)",
-    "qrels_unknown_docs": (
-        "judgments name documents missing from the corpus (kept: they count in R but can never be retrieved)"
-    ),
-    "qrels_unknown_queries": "judged queries are missing from the queries file (their judgments were dropped)",
-    "qrels_dropped_judgments": "judgments were dropped because their query is missing",
-    "queries_without_judgments": "queries have no judgment in this split (not evaluated)",
-}
-
-
-def log_report(name: str, report: dict[str, int], qrels_where: Path | str) -> None:
-    """Log each count of ``report`` that is not 0: a warning, or info for queries outside the split."""
-    for key, count in report.items():
-        if count:
-            # Queries outside the split are normal for BEIR (queries.jsonl holds every split).
-            level = logging.INFO if key == "queries_without_judgments" else logging.WARNING
-            log.log(level, "%s: %d %s [%s] (qrels: %s)", name, count, _REPORT_TEXT[key], key, qrels_where)

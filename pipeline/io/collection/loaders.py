@@ -1,5 +1,5 @@
-"""Loaders of collections from files: a BEIR folder, TREC-style files, the bundled sample,
-and a corpus with queries but no judgments yet (for pooling)."""
+"""The loaders (the ``_target_`` of ``conf/dataset/*.yaml``): a BEIR folder, TREC-style files,
+the bundled sample, an ``ir_datasets`` id, and a corpus with queries but no judgments (pooling)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import hashlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline.errors import InputError
 from pipeline.io.collection.assemble import Parts, collect_docs, collect_queries, hash_str, load_parts
-from pipeline.io.collection.base import Collection, DocRecord
-from pipeline.io.collection.filetexts import FileTexts, file_stamp
-from pipeline.io.collection.records import detect_format, jsonl_docs, jsonl_queries, read_corpus, read_queries
-from pipeline.io.formats import judgment_line, read_qrels
+from pipeline.io.collection.records import (Collection, DocRecord, FileStamp, FileTexts, as_id, as_text,
+                                            detect_format, file_stamp, join_title, jsonl_docs, jsonl_records,
+                                            read_corpus, read_queries)
+from pipeline.io.formats import QrelsFile, dedupe_judgments, judgment_line, read_qrels
 from pipeline.io.readers import require_file
 from pipeline.metrics import Qrels
 
@@ -53,24 +55,15 @@ def _beir_files(folder: Path, split: str) -> tuple[Path, Path, Path]:
     return corpus, queries, qrels
 
 
-def load_beir(
-    path: str | Path,
-    split: str = "test",
-    name: str | None = None,
-    title_field: str | None = "title",
-    text_field: str = "text",
-    join: str = " ",
-    strict: bool = False,
-    lazy_texts: bool | None = None,
-) -> Collection:
+def load_beir(path: str | Path, split: str = "test", name: str | None = None, title_field: str | None = "title",
+              text_field: str = "text", join: str = " ", strict: bool = False,
+              lazy_texts: bool | None = None) -> Collection:
     """Load a BEIR folder: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv[.gz]``.
 
-    Document text is ``title + join + text`` (just one of them when the other is empty;
-    ``title_field=None`` ignores titles). Only the queries judged in ``qrels/<split>.tsv``
-    are evaluated, in the order of ``queries.jsonl``. Judgments naming an unknown document
-    are kept with ``doc_idx=-1`` (they count in R, as in trec_eval) and judgments of a query
-    missing from ``queries.jsonl`` are dropped; both are counted in ``report`` and logged,
-    and ``strict=True`` turns them into errors. ``name`` defaults to the folder name.
+    Document text is ``title + join + text`` (``title_field=None`` ignores titles). Only the
+    queries judged in ``qrels/<split>.tsv`` are evaluated; judgments of unknown documents and
+    queries are counted in ``report`` (the rules of ``assemble``), and ``strict=True`` turns
+    them into errors. ``name`` defaults to the folder name.
 
     ``lazy_texts``: the document texts of a plain (not gzipped) ``corpus.jsonl`` are read
     from the file when needed (:class:`FileTexts`) instead of held in memory: ``None`` (the
@@ -79,16 +72,10 @@ def load_beir(
     """
     folder = Path(path).expanduser()
     corpus, queries_path, qrels_path = _beir_files(folder, split)
-    parts = _file_parts(
-        name=name or folder.resolve().name,
-        source=str(folder),
-        corpus=corpus,
-        docs=lambda: jsonl_docs(corpus, title_field, text_field, join),
-        queries=queries_path,
-        query_records=lambda: jsonl_queries(queries_path),
-        qrels=qrels_path,
-        strict=strict,
-    )
+    parts = _file_parts(name=name or folder.resolve().name, source=str(folder), corpus=corpus,
+                        docs=lambda: jsonl_docs(corpus, title_field, text_field, join), queries=queries_path,
+                        query_records=lambda: jsonl_records(queries_path, "queries", "query", "text"),
+                        qrels=qrels_path, strict=strict)
     if corpus.suffix != ".gz" and lazy_texts is not False:
         stamp = file_stamp(corpus)
         if lazy_texts or stamp[2] >= LAZY_TEXTS_MIN_BYTES:
@@ -96,8 +83,8 @@ def load_beir(
     return load_parts(parts)
 
 
-def _with_lazy_texts(parts: Parts, corpus: Path, stamp: tuple[int, int, int, int], title_field: str | None,
-                     text_field: str, join: str) -> Parts:
+def _with_lazy_texts(parts: Parts, corpus: Path, stamp: FileStamp, title_field: str | None, text_field: str,
+                     join: str) -> Parts:
     """``parts`` reading the corpus with byte offsets, its texts left in the file (FileTexts)."""
     offsets = array("q")
 
@@ -114,69 +101,33 @@ def _with_lazy_texts(parts: Parts, corpus: Path, stamp: tuple[int, int, int, int
     return dataclasses.replace(parts, docs=docs, texts_from=texts_from)
 
 
-def load_trec(
-    qrels: str | Path,
-    queries: str | Path,
-    corpus: str | Path,
-    name: str | None = None,
-    strict: bool = False,
-    corpus_format: str = "auto",
-    queries_format: str = "auto",
-    title_field: str | None = "title",
-    text_field: str = "text",
-    join: str = " ",
-) -> Collection:
+def load_trec(qrels: str | Path, queries: str | Path, corpus: str | Path, name: str | None = None,
+              strict: bool = False, corpus_format: str = "auto", queries_format: str = "auto",
+              title_field: str | None = "title", text_field: str = "text", join: str = " ") -> Collection:
     """Load TREC-style files: qrels (``qid iter docid grade`` or BEIR TSV), queries, corpus.
 
-    Queries: TSV ``id<TAB>text`` or JSONL (``_id``, ``text``). Corpus: JSONL (``_id``,
-    ``title_field``, ``text_field``) or TSV ``id<TAB>text`` / ``id<TAB>title<TAB>text``.
-    ``*_format`` is ``auto`` (extension ``.jsonl``/``.tsv``, else the first character), ``jsonl``
-    or ``tsv``; ``.gz`` works for every file; a TSV header line such as ``id<TAB>text`` is
-    recognised and skipped. Same rules as :func:`load_beir`; ``name`` defaults to the name
-    of the folder holding the corpus.
+    Queries and corpus are JSONL or TSV (``records``); ``*_format`` is ``auto`` (extension
+    ``.jsonl``/``.tsv``, else the first character), ``jsonl`` or ``tsv``; ``.gz`` works for every
+    file. Same rules as :func:`load_beir`; ``name`` defaults to the name of the folder holding
+    the corpus.
     """
     corpus_path = require_file(corpus, "corpus")
     queries_path = require_file(queries, "queries")
     qrels_path = require_file(qrels, "qrels")
     corpus_fmt = detect_format(corpus_path, corpus_format, "corpus")
     queries_fmt = detect_format(queries_path, queries_format, "queries")
-    return load_parts(
-        _file_parts(
-            name=name or corpus_path.resolve().parent.name,
-            source=str(corpus_path),
-            corpus=corpus_path,
-            docs=lambda: read_corpus(corpus_path, corpus_fmt, title_field, text_field, join),
-            queries=queries_path,
-            query_records=lambda: read_queries(queries_path, queries_fmt),
-            qrels=qrels_path,
-            strict=strict,
-        )
-    )
+    return load_parts(_file_parts(
+        name=name or corpus_path.resolve().parent.name, source=str(corpus_path), corpus=corpus_path,
+        docs=lambda: read_corpus(corpus_path, corpus_fmt, title_field, text_field, join), queries=queries_path,
+        query_records=lambda: read_queries(queries_path, queries_fmt), qrels=qrels_path, strict=strict))
 
 
-def _file_parts(
-    *,
-    name: str,
-    source: str,
-    corpus: Path,
-    docs: Callable[[], Iterable[DocRecord]],
-    queries: Path,
-    query_records: Callable[[], Iterable[DocRecord]],
-    qrels: Path,
-    strict: bool,
-) -> Parts:
-    return Parts(
-        name=name,
-        source=source,
-        corpus_where=corpus,
-        docs=docs,
-        queries_where=queries,
-        queries=query_records,
-        qrels_where=qrels,
-        judgments=lambda: read_qrels(qrels),
-        judgment_line=lambda q, d: judgment_line(qrels, q, d),
-        strict=strict,
-    )
+def _file_parts(*, name: str, source: str, corpus: Path, docs: Callable[[], Iterable[DocRecord]], queries: Path,
+                query_records: Callable[[], Iterable[DocRecord]], qrels: Path, strict: bool) -> Parts:
+    """The parts of a collection in files, its judgments in a TREC or BEIR qrels file."""
+    return Parts(name=name, source=source, corpus_where=corpus, docs=docs, queries_where=queries,
+                 queries=query_records, qrels_where=qrels, judgments=lambda: read_qrels(qrels),
+                 judgment_line=lambda q, d: judgment_line(qrels, q, d), strict=strict)
 
 
 def load_sample(name: str = "sample") -> Collection:
@@ -184,23 +135,13 @@ def load_sample(name: str = "sample") -> Collection:
     return load_beir(SAMPLE_DIR, split="test", name=name)
 
 
-def load_unjudged(
-    queries: str | Path,
-    corpus: str | Path,
-    name: str | None = None,
-    corpus_format: str = "auto",
-    queries_format: str = "auto",
-    title_field: str | None = "title",
-    text_field: str = "text",
-    join: str = " ",
-) -> Collection:
+def load_unjudged(queries: str | Path, corpus: str | Path, name: str | None = None, corpus_format: str = "auto",
+                  queries_format: str = "auto", title_field: str | None = "title", text_field: str = "text",
+                  join: str = " ") -> Collection:
     """A corpus and queries nobody has judged yet (what pooling starts from): every query of
-    the queries file is kept, in file order, and the qrels are empty.
-
-    Files and formats as :func:`load_trec` (the same readers and rules: duplicate ids are
-    errors, ``.gz`` works); ``name`` defaults to the name of the folder holding the corpus.
-    The digest covers the documents and the queries; ``report`` is empty.
-    """
+    the queries file is kept, in file order, and the qrels are empty. Files, formats and
+    ``name`` as :func:`load_trec`; the digest covers the documents and the queries, ``report``
+    is empty."""
     corpus_path, queries_path = require_file(corpus, "corpus"), require_file(queries, "queries")
     corpus_fmt = detect_format(corpus_path, corpus_format, "corpus")
     queries_fmt = detect_format(queries_path, queries_format, "queries")
@@ -221,3 +162,85 @@ def load_unjudged(
     return Collection(name or corpus_path.resolve().parent.name, doc_ids, doc_texts, list(found),
                       [t for t, _ in found.values()], Qrels(query_idx=empty, doc_idx=empty, grade=empty),
                       hasher.hexdigest(), str(corpus_path))
+
+
+def load_ir_datasets(id: str, name: str | None = None, strict: bool = False, title_field: str | None = "title",
+                     text_field: str = "text", join: str = " ") -> Collection:
+    """Load any ``ir_datasets`` id (e.g. ``beir/scifact/test``) with the same rules as the files.
+
+    Needs the optional extra ``ir_datasets`` (imported here, not at module import). The
+    dataset must provide docs, queries and qrels and already be downloaded or be
+    downloadable. Document text is ``title + join + text`` when the document type has those
+    fields, else its ``default_text()``. Errors name ``ir_datasets:<id>/<part>`` and the
+    1-based record number. ``name`` defaults to the id.
+    """
+    dataset = _dataset(id)
+    where = f"ir_datasets:{id}"
+    positions: dict[tuple[str, str], int] = {}
+    parts = Parts(name=name or id, source=where, corpus_where=f"{where}/docs",
+                  docs=lambda: _doc_records(dataset, f"{where}/docs", title_field, text_field, join),
+                  queries_where=f"{where}/queries", queries=lambda: _query_records(dataset, f"{where}/queries"),
+                  qrels_where=f"{where}/qrels", judgments=_judgments_reader(dataset, f"{where}/qrels", positions),
+                  judgment_line=lambda q, d: positions.get((q, d)), strict=strict)
+    try:
+        return load_parts(parts)
+    except (OSError, EOFError) as exc:  # missing download, no network, unreadable cache
+        raise InputError(f"ir_datasets could not provide {id!r}: {exc}") from None
+
+
+def _dataset(id: str) -> Any:
+    """The ``ir_datasets`` dataset ``id``; InputError when the package, the id or a part is missing."""
+    try:
+        import ir_datasets
+    except ImportError:
+        raise InputError(
+            "the ir_datasets package is not installed (pip install 'rag-retrieval-eval[ir_datasets]')"
+        ) from None
+    try:
+        dataset = ir_datasets.load(id)
+    except KeyError:
+        raise InputError(f"unknown ir_datasets id {id!r}") from None
+    for part in ("docs", "queries", "qrels"):
+        if not getattr(dataset, f"has_{part}")():
+            raise InputError(f"ir_datasets id {id!r} has no {part}")
+    return dataset
+
+
+def _doc_records(dataset: Any, where: str, title_field: str | None, text_field: str, join: str) -> Iterator[DocRecord]:
+    for no, doc in enumerate(dataset.docs_iter(), start=1):
+        fields = doc._fields
+        if text_field in fields:
+            text = as_text(getattr(doc, text_field), text_field, where, no)
+            has_title = title_field and title_field in fields
+            title = as_text(getattr(doc, title_field), title_field, where, no) if has_title else ""
+            text = join_title(title, text, join)
+        elif hasattr(doc, "default_text"):
+            text = doc.default_text()
+        else:
+            raise InputError(f"document type {type(doc).__name__} has no {text_field!r} field", where, no)
+        yield no, as_id(doc.doc_id, "doc_id", where, no), text
+
+
+def _query_records(dataset: Any, where: str) -> Iterator[DocRecord]:
+    for no, query in enumerate(dataset.queries_iter(), start=1):
+        text = as_text(query.text, "text", where, no) if "text" in query._fields else query.default_text()
+        yield no, as_id(query.query_id, "query_id", where, no), text
+
+
+def _judgments_reader(dataset: Any, where: str, positions: dict[tuple[str, str], int]) -> Callable[[], QrelsFile]:
+    """A function reading the dataset's judgments (deduplicated by the qrels files' rule);
+    it records each (query, document)'s first record number in ``positions``."""
+
+    def judgments() -> QrelsFile:
+        qids: list[str] = []
+        dids: list[str] = []
+        grades: list[int] = []
+        for no, qrel in enumerate(dataset.qrels_iter(), start=1):
+            qids.append(str(qrel.query_id))
+            dids.append(str(qrel.doc_id))
+            grades.append(int(qrel.relevance))
+            positions.setdefault((qids[-1], dids[-1]), no)
+        return dedupe_judgments(pa.array(qids, pa.string()), pa.array(dids, pa.string()), np.array(grades, np.int64),
+                                where, np.arange(1, len(qids) + 1, dtype=np.int64), position_name="at judgment")
+
+    return judgments

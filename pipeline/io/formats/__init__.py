@@ -36,20 +36,14 @@ these names; all sort by score descending first, then by
   own retrievers (needs a corpus: ``retriever=run_file`` only);
 - ``docid_desc``: the document id descending, by code point: trec_eval's own re-sort, so
   metrics then equal trec_eval's exactly.
-
-Modules: ``qrels`` (QrelsFile, read_qrels, dedupe_judgments), ``runs`` (RunFile, read_run,
-write_run, the tie rules), ``parsing`` (what both readers share) and ``arrow`` (pyarrow <->
-numpy without pandas: to_numpy, from_numpy, arrow_array).
 """
 
 from __future__ import annotations
 
-from pipeline.io.formats.arrow import arrow_array, from_numpy, to_numpy
-from pipeline.io.formats.parsing import WHITESPACE, split_fields
-from pipeline.io.formats.qrels import (BEIR_QRELS_HEADER, QrelsFile, dedupe_judgments, grade_line, judgment_line,
-                                       read_qrels)
-from pipeline.io.formats.runs import (TIE_BREAK_ALIASES, TIE_BREAKS, TIE_BREAKS_WITHOUT_CORPUS, RunFile,
-                                      check_writable_id, read_run, tie_break_rule, write_run)
+from pipeline.io.formats.arrow import WHITESPACE, arrow_array, from_numpy, split_fields, to_numpy
+from pipeline.io.formats.trec import (BEIR_QRELS_HEADER, TIE_BREAK_ALIASES, TIE_BREAKS, TIE_BREAKS_WITHOUT_CORPUS,
+                                      QrelsFile, RunFile, check_writable_id, dedupe_judgments, grade_line,
+                                      judgment_line, read_qrels, read_run, tie_break_rule, write_run)
 
 __all__ = ["BEIR_QRELS_HEADER", "QrelsFile", "RunFile", "TIE_BREAKS", "TIE_BREAKS_WITHOUT_CORPUS", "TIE_BREAK_ALIASES",
            "WHITESPACE", "arrow_array", "check_writable_id", "dedupe_judgments", "from_numpy", "grade_line",
