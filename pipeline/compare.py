@@ -1,15 +1,10 @@
 """Compare retrieval systems on the same queries: ``python -m pipeline.compare SYSTEM SYSTEM ...``.
 
-A SYSTEM is a job's folder (or its ``results/``), a sweep folder (every job in it), a TREC
-run file (scored against ``--qrels`` with ``pipeline.io.scored``), ``mlflow:RUN_ID`` (a job
-run, or a sweep's parent run: all its jobs) or ``mlflow-experiment:NAME[:FILTER]``. The
-statistics are ``pipeline.report.compare``'s; see docs/comparing.md and docs/statistics.md.
-
-Writes ``report.md``, ``report.json`` (everything, per-query scores included),
-``forest.png``, ``per_query_diff.png`` and, for sweeps, ``main_effects.png`` to ``--out``;
-prints a table (or, with ``--json``, the report and nothing else) on standard output. Bad
-input: one line ``error: FILE[:LINE]: problem`` on standard error, exit status 2; a failing
-MLflow store: exit status 3.
+The systems (``--help`` lists what a SYSTEM can be) and the statistics are
+``pipeline.report``'s; see docs/comparing.md and docs/statistics.md. Writes the report to
+``--out``, prints a table (or, with ``--json``, the report and nothing else) on standard
+output. Bad input: one line ``error: FILE[:LINE]: problem`` on standard error, exit status
+2; a failing MLflow store: exit status 3.
 """
 
 from __future__ import annotations
@@ -46,16 +41,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m pipeline.compare",
-        description="Compare retrieval systems on the same queries: means with CIs, differences to a baseline "
-                    "with CIs and multiplicity-adjusted significance tests, sensitivity, the systems tied with "
-                    "the best. See docs/comparing.md.",
-    )
-    parser.add_argument("systems", nargs="+", metavar="SYSTEM",
-                        help="a job folder (or its results/), a sweep folder, a TREC run file (with --qrels), "
-                             "mlflow:RUN_ID (a job, or a sweep's parent: all its jobs), "
-                             "mlflow-experiment:NAME[:FILTER]")
+    parser = _Parser(prog="python -m pipeline.compare",
+                     description="Compare retrieval systems on the same queries: means with CIs, differences to a "
+                                 "baseline with CIs and multiplicity-adjusted significance tests, sensitivity, the "
+                                 "systems tied with the best. See docs/comparing.md.")
+    parser.add_argument("systems", nargs="+", metavar="SYSTEM", help="a job folder (or its results/), a sweep folder, "
+                        "a TREC run file (with --qrels), mlflow:RUN_ID (a job, or a sweep's parent: all its jobs), "
+                        "mlflow-experiment:NAME[:FILTER]")
     parser.add_argument("--qrels", help="qrels for TREC run files (TREC or BEIR .tsv; .gz fine)")
     parser.add_argument("--baseline", help="the system the others are compared with (default: the first)")
     parser.add_argument("--metric", action="append", dest="metrics", metavar="M",
@@ -70,24 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
     parser.add_argument("--correction", choices=CORRECTIONS, default="holm",
                         help="multiple-comparison correction over all comparisons of all metrics (holm)")
-    parser.add_argument("--test", choices=TESTS, default="fisher",
-                        help="the test behind the significance markers and the tie set: fisher (randomization, "
-                             "default), t, wilcoxon, sign; the report has all four")
+    parser.add_argument("--test", choices=TESTS, default="fisher", help="the test behind the significance markers "
+                        "and the tie set: fisher (randomization, default), t, wilcoxon, sign; the report has all four")
     parser.add_argument("--missing", choices=("error", "zero"), default="error",
                         help="a query one system lacks: an error (default) or a score of 0 (trec_eval -c)")
     parser.add_argument("--delta", type=_positive_float, default=None,
                         help="a difference you care about: its power and the queries it needs")
     parser.add_argument("--gain", choices=("exp", "linear"), default="exp", help="nDCG gain for TREC run files (exp)")
-    parser.add_argument("--relevance-level", type=positive_int, default=1,
-                        help="relevant grade for TREC run files (1)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help=f"the MLflow store for mlflow: systems and --log (default {DEFAULT_TRACKING_URI}; "
-                             "--log on one sweep folder: the sweep's store)")
+    parser.add_argument("--relevance-level", type=positive_int, default=1, help="relevant grade for TREC run files (1)")
+    parser.add_argument("--tracking-uri", default=None, help="the MLflow store for mlflow: systems and --log "
+                        f"(default {DEFAULT_TRACKING_URI}; --log on one sweep folder: the sweep's store)")
     parser.add_argument("--filter", default="", help="MLflow filter string for mlflow-experiment: systems, "
                                                      "e.g. \"params.k = '10'\"")
-    parser.add_argument("--log", action="store_true",
-                        help="put the report on an MLflow run: the sweep's parent run when comparing one sweep, "
-                             "else a new run in experiment 'compare'")
+    parser.add_argument("--log", action="store_true", help="put the report on an MLflow run: the sweep's parent run "
+                        "when comparing one sweep, else a new run in experiment 'compare'")
     parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
     return parser
 
@@ -101,7 +89,6 @@ def _default_out() -> Path:
 
 
 def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bool] | None]:
-    """Load the systems, build the report, write it (and log it with ``--log``)."""
     metrics = args.metrics or list(DEFAULT_METRICS)
     try:
         systems = load_systems(args.systems, metrics, qrels=args.qrels, tracking_uri=args.tracking_uri,
@@ -125,16 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
         report, out, logged = _compare(args)
-    except InputError as err:
+    except (InputError, TrackingError) as err:  # one line on stderr (InputError's names the file)
         if args.debug:
             raise
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    except TrackingError as err:
-        if args.debug:
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 3
+        print(str(err) if isinstance(err, InputError) else f"error: {err}", file=sys.stderr)
+        return err.exit_code if isinstance(err, InputError) else 3
     info = sys.stderr if args.json else sys.stdout
     print(json.dumps(report.data) if args.json else format_table(report))
     print(f"report: {out.resolve()}", file=info)

@@ -38,11 +38,9 @@ from pipeline.io.fetch import BASE_URL, CHECKSUMS, URL_ENV, FetchFailed, fetch
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.fetch",
+        prog="python -m pipeline.fetch", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Download a BEIR collection, verify its checksum and unpack it into a folder.",
-        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     parser.add_argument("name", nargs="?", help=f"the collection: {', '.join(CHECKSUMS)}")
     parser.add_argument("--into", default="data", metavar="DIR",
                         help="the parent folder: the collection lands in DIR/NAME (default: data)")
@@ -62,11 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             print("error: name a collection, e.g. python -m pipeline.fetch scifact", file=sys.stderr)
         print("collections (BEIR, published MD5):", ", ".join(CHECKSUMS), file=sys.stdout if args.list else sys.stderr)
         return 0 if args.list else 2
-    base = args.url or os.environ.get(URL_ENV) or BASE_URL
-    progress = sys.stderr.isatty()
     try:
-        target = fetch(args.name, Path(args.into), base, md5=args.md5, force=args.force, progress=progress,
-                       say=print)
+        target = fetch(args.name, Path(args.into), args.url or os.environ.get(URL_ENV) or BASE_URL, md5=args.md5,
+                       force=args.force, progress=sys.stderr.isatty(), say=print)
     except (InputError, FetchFailed) as err:
         print(str(err), file=sys.stderr)
         return err.exit_code

@@ -45,8 +45,6 @@ from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, tie_break_rule
 from pipeline.io.scored import Scored, score_files
 from pipeline.metrics import FULL_DEPTH, Evaluation, judged_warning
 
-DEFAULT_KS = (1, 3, 5, 10, 20, 100)
-
 
 def _parse_ks(text: str) -> list[int]:
     try:
@@ -67,40 +65,33 @@ def _parse_tie_break(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.score",
+        prog="python -m pipeline.score", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Score a TREC run file against qrels with the pipeline's metric definitions.",
-        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     parser.add_argument("qrels", help="TREC qrels (qid iter docid grade) or BEIR qrels/*.tsv; .gz accepted")
     parser.add_argument("run", help="TREC run (qid Q0 docid rank score tag); .gz accepted")
-    parser.add_argument("--k", type=_parse_ks, default=list(DEFAULT_KS), help="cut-offs to report (default 1,3,5,10,20,100)")
+    parser.add_argument("--k", type=_parse_ks, default=[1, 3, 5, 10, 20, 100],
+                        help="cut-offs to report (default 1,3,5,10,20,100)")
     parser.add_argument("--k-max", type=int, default=None, help="compute every K up to this (default: the largest --k)")
-    parser.add_argument("--gain", choices=("exp", "linear"), default="exp", help="nDCG gain: 2^rel-1 (exp) or rel (linear = trec_eval)")
-    parser.add_argument("--relevance-level", type=int, default=1, help="grade at which a document counts as relevant (default 1)")
-    parser.add_argument(
-        "--tie-break",
-        type=_parse_tie_break,
-        default="file_order",
-        metavar="{" + ",".join(TIE_BREAKS_WITHOUT_CORPUS) + "}",
-        help="order of tied scores: file_order (default) or docid_desc (trec_eval's); see below",
-    )
+    parser.add_argument("--gain", choices=("exp", "linear"), default="exp",
+                        help="nDCG gain: 2^rel-1 (exp) or rel (linear = trec_eval)")
+    parser.add_argument("--relevance-level", type=int, default=1,
+                        help="grade at which a document counts as relevant (default 1)")
+    parser.add_argument("--tie-break", type=_parse_tie_break, default="file_order",
+                        metavar="{" + ",".join(TIE_BREAKS_WITHOUT_CORPUS) + "}",
+                        help="order of tied scores: file_order (default) or docid_desc (trec_eval's); see below")
     parser.add_argument("--per-query", action="store_true",
                         help="also report every query, with the drill-down: first relevant rank, judged share and "
                              "top documents (id, grade) per query, then the failing queries (none relevant in the "
                              "top --top-k)")
-    parser.add_argument("--top-k", type=positive_int, default=10, metavar="N",
-                        help="documents shown per query by --per-query, and the cut-off of its judged share and "
-                             "failures (default 10)")
-    parser.add_argument("--corpus", metavar="CORPUS",
-                        help="corpus (BEIR corpus.jsonl[.gz] or TSV id[, title], text): adds a snippet of each "
-                             "document's text to the drill-down; implies --per-query")
-    parser.add_argument("--queries", metavar="QUERIES",
-                        help="queries (JSONL _id/text or TSV id, text): adds the query texts; default with --corpus: "
-                             "queries.jsonl beside it, if any; implies --per-query")
-    parser.add_argument("--judged-only", action="store_true",
-                        help="condensed lists: remove unjudged documents from each ranking before scoring "
-                             "(trec_eval -J; judged_at_K still describes the full ranking)")
+    parser.add_argument("--top-k", type=positive_int, default=10, metavar="N", help="documents shown per query by "
+                        "--per-query, and the cut-off of its judged share and failures (default 10)")
+    parser.add_argument("--corpus", metavar="CORPUS", help="corpus (BEIR corpus.jsonl[.gz] or TSV id[, title], "
+                        "text): adds a snippet of each document's text to the drill-down; implies --per-query")
+    parser.add_argument("--queries", metavar="QUERIES", help="queries (JSONL _id/text or TSV id, text): adds the "
+                        "query texts; default with --corpus: queries.jsonl beside it, if any; implies --per-query")
+    parser.add_argument("--judged-only", action="store_true", help="condensed lists: remove unjudged documents from "
+                        "each ranking before scoring (trec_eval -J; judged_at_K still describes the full ranking)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
     return parser
@@ -109,12 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _format_table(means: dict[str, float], ks: Sequence[int], families: Sequence[str]) -> str:
     head = f"{'metric':<10}" + "".join(f"{'@' + str(k):>10}" for k in ks)
     lines = [head, "-" * len(head)]
-    for family in families:
-        lines.append(f"{family:<10}" + "".join(f"{means[f'{family}_at_{k}']:>10.4f}" for k in ks))
-    lines.append("")
-    lines += [f"{key:<22}{means[key]:.4f}" for key in FULL_DEPTH if key in means]
-    lines.append(f"{'n_queries':<22}{means['n_queries']}")
-    lines.append(f"{'n_queries_no_relevant':<22}{means['n_queries_no_relevant']}")
+    lines += [f"{family:<10}" + "".join(f"{means[f'{family}_at_{k}']:>10.4f}" for k in ks) for family in families]
+    lines += ["", *(f"{key:<22}{means[key]:.4f}" for key in FULL_DEPTH if key in means)]
+    lines += [f"{key:<22}{means[key]}" for key in ("n_queries", "n_queries_no_relevant")]
     if means.get("judged_only"):
         lines.append("judged_only: condensed lists, unjudged documents removed before scoring (trec_eval -J)")
     return "\n".join(lines)
@@ -135,7 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(str(err), file=sys.stderr)
         return err.exit_code
-    _print_notes(args, scored, means, k_max)
+    # what the numbers alone do not say, on standard error
+    if scored.evaluation.k_max < k_max:
+        print(f"note: computed K = 1..{scored.evaluation.k_max} (the run's depth, or the most relevant documents of "
+              f"a query); beyond it only precision changes (hits / K), so K up to {k_max} is exact", file=sys.stderr)
+    if args.judged_only:
+        print("note: --judged-only: condensed lists (unjudged documents removed before scoring, trec_eval -J); "
+              "not comparable with scores of the full rankings", file=sys.stderr)
+    if warning := judged_warning(means):
+        print(warning, file=sys.stderr)
+    if scored.n_run_queries_unjudged:
+        print(f"note: {scored.n_run_queries_unjudged} queries of the run have no judgments and were ignored",
+              file=sys.stderr)
     print(output)
     return 0
 
@@ -165,33 +164,12 @@ def _score(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> tuple[Sco
     if args.per_query:
         import pandas as pd
 
-        table = pd.DataFrame(scored.per_query(ks))
-        table = table[["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks], *ev.full, "n_relevant",
-                       "evaluated"]]
         from pipeline.report import drilldown
 
+        table = pd.DataFrame(scored.per_query(ks))[["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks],
+                                                    *ev.full, "n_relevant", "evaluated"]]
         drill = drilldown.of_scored(scored, args.top_k, args.relevance_level, args.corpus, args.queries)
     return scored, means, _render(args, means, ks, ev, table, drill)
-
-
-def _print_notes(args: argparse.Namespace, scored: Scored, means: dict[str, float], k_max: int) -> None:
-    """What the numbers alone do not say, on standard error."""
-    if scored.evaluation.k_max < k_max:
-        print(
-            f"note: computed K = 1..{scored.evaluation.k_max} (the run's depth, or the most relevant documents of "
-            f"a query); beyond it only precision changes (hits / K), so K up to {k_max} is exact",
-            file=sys.stderr,
-        )
-    if args.judged_only:
-        print("note: --judged-only: condensed lists (unjudged documents removed before scoring, trec_eval -J); "
-              "not comparable with scores of the full rankings", file=sys.stderr)
-    if warning := judged_warning(means):
-        print(warning, file=sys.stderr)
-    if scored.n_run_queries_unjudged:
-        print(
-            f"note: {scored.n_run_queries_unjudged} queries of the run have no judgments and were ignored",
-            file=sys.stderr,
-        )
 
 
 def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int], ev: Evaluation, table,
@@ -203,7 +181,8 @@ def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int]
     if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
         raise InputError("a metric is not a finite number (grades too large for the gain? try --gain linear)")
     if args.json:
-        payload = means if table is None else {"all": means, "per_query": table.set_index("query_id").to_dict(orient="index")}
+        payload = means if table is None else {"all": means,
+                                               "per_query": table.set_index("query_id").to_dict(orient="index")}
         if drill is not None:  # the drill-down's fields in each query's object, and the failing queries
             for qid, fields in drill.json_rows().items():
                 payload["per_query"][qid].update(fields)
@@ -235,8 +214,7 @@ def cli() -> int:
     except BrokenPipeError:
         import os
 
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout again at exit
         return 141
     return code
 

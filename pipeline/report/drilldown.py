@@ -8,29 +8,26 @@ retrieved (also with ``judged_only``, whose condensed lists only the metrics use
 - ``n_relevant`` (already in the table) is R: judged documents with grade >= relevance_level,
   including judged documents missing from the corpus (as trec_eval's ``num_rel``).
 - ``first_relevant_rank``: 1-based rank of the first document with grade >= relevance_level
-  in the whole ranking (its depth, not only the top k); empty when none was retrieved.
+  in the whole ranking (its depth, not only the top k), empty when none was retrieved;
   ``1 / first_relevant_rank`` is the query's ``mrr`` (trec_eval ``recip_rank``).
 - ``judged_at_<k>``: (judged documents in the top k) / (documents retrieved in the top k),
   i.e. / k unless the ranking is shorter; 0 when nothing was retrieved. Judged = a grade >= 0
   for the query (0 included); a negative grade (in the pool, not judged) counts as unjudged.
-  The definition of the metric family ``judged_at_K``; when the table has that family
-  already, its column is kept.
+  The definition of the metric family ``judged_at_K``: a table that has it keeps its column.
 - ``top_<k>``: the top k in rank order, one ``|``-separated entry per document:
-  ``DOCID (GRADE) "SNIPPET"``, where GRADE is the judged grade or ``-`` for an unjudged
-  document (negative grades included), and SNIPPET the first :data:`SNIPPET_CHARS` characters
-  of the document's text (title + text, whitespace collapsed, cut with ``…``; ``"`` becomes
-  ``'``). Without texts
+  ``DOCID (GRADE) "SNIPPET"``, GRADE the judged grade or ``-`` (unjudged, negative grades
+  included), SNIPPET the first :data:`SNIPPET_CHARS` characters of the document's text (title
+  + text, whitespace collapsed, cut with ``…``; ``"`` becomes ``'``); without texts
   (``pipeline.score`` without ``--corpus``) an entry is ``DOCID (GRADE)``.
 
 A **failure** is an evaluated query (R > 0) with no document of grade >= relevance_level in
-the top k. ``failures.md`` lists them worst first: the most relevant documents missed (R
-descending), then the first relevant document furthest down the ranking (none retrieved
-counts as furthest of all), then query id; each with its text, its top k and up to :data:`MAX_RELEVANT_SHOWN` of its
-relevant documents, best grade first (then document id), with the rank each was retrieved
-at, if any.
+the top k. ``failures.md`` lists them worst first: R descending, then the first relevant
+document furthest down the ranking (none retrieved counts as furthest of all), then query
+id; each with its text, its top k and up to :data:`MAX_RELEVANT_SHOWN` of its relevant
+documents (best grade first, then document id) with the rank each was retrieved at, if any.
 
-Everything per cell is found with array operations (one sorted lookup of the judgments for
-the whole ranking); only the strings of the top k are built one by one.
+Every cell is found with array operations (one sorted lookup of the judgments for the whole
+ranking); only the strings of the top k are built one by one.
 """
 
 from __future__ import annotations
@@ -46,18 +43,12 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from pipeline.io.formats import arrow_array
-
 from pipeline.metrics import Qrels, n_relevant
-
-
-def _text(value: str) -> pa.Scalar:
-    """An arrow string scalar; a Python str passed to a compute kernel imports pandas."""
-    return arrow_array([value], pa.string())[0]
-
-log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pipeline.io.collection import Collection
+
+log = logging.getLogger(__name__)
 
 #: Characters of a document's text shown in a snippet.
 SNIPPET_CHARS = 60
@@ -66,6 +57,11 @@ MAX_RELEVANT_SHOWN = 5
 #: Failing queries written out in full in ``failures.md`` (the rest are counted).
 MAX_FAILURES_SHOWN = 500
 FAILURES_FILE = "failures.md"
+
+
+def _text(value: str) -> pa.Scalar:
+    """An arrow string scalar; a Python str passed to a compute kernel imports pandas."""
+    return arrow_array([value], pa.string())[0]
 
 
 def column_names(k: int) -> list[str]:
@@ -173,8 +169,6 @@ class DrillDown:
         keys = {q: (-int(self.n_relevant[q]), -f, str(self.query_ids[q])) for q, f in zip(rows, first)}
         return sorted(rows, key=keys.__getitem__)
 
-    # ----------------------------------------------------------------- table cells
-
     def _snippets(self, docs: NDArray[np.int64]) -> dict[int, str | None]:
         """Snippets of ``docs`` (doc indices; -1 ignored), each computed once per drill-down."""
         if self.doc_texts is None:
@@ -186,15 +180,14 @@ class DrillDown:
         return cache
 
     def _entry(self, q: int, rank: int, snips: dict[int, str | None], markdown: bool = False) -> str:
-        """One document of a query's top k: ``id (grade) "snippet"`` (the id in backticks for
-        markdown)."""
+        """One document of a query's top k: ``id (grade) "snippet"`` (markdown: the id in backticks)."""
         d = int(self.doc_idx[q, rank])
         grade = str(int(self.grades[q, rank])) if self.judged[q, rank] else "-"
         text = snips.get(d)
         doc = f"`{self.doc_ids[d]}`" if markdown else str(self.doc_ids[d])
         return f"{doc} ({grade})" + ("" if text is None else f' "{text}"')
 
-    def top_k_cells(self) -> pa.Array:  # noqa: D401
+    def top_k_cells(self) -> pa.Array:
         """``top_<k>``: one string per query (see the module docstring), built column-wise."""
         head = self.doc_idx[:, : self.k]
         filled = head >= 0
@@ -208,7 +201,8 @@ class DrillDown:
                             pc.cast(arrow_array(np.asarray(self.grades[:, : self.k][filled], dtype=np.int64)),
                                     pa.string()), _text("-"))
         where = arrow_array(np.asarray(where.reshape(-1), dtype=np.int64))
-        entries = pc.binary_join_element_wise(pc.take(ids, where), _text(" ("), grades, pc.take(tails, where), _text(""))
+        entries = pc.binary_join_element_wise(pc.take(ids, where), _text(" ("), grades, pc.take(tails, where),
+                                              _text(""))
         offsets = np.concatenate([[0], np.cumsum(filled.sum(axis=1))]).astype(np.int32)
         return pc.binary_join(pa.ListArray.from_arrays(arrow_array(offsets), entries), _text(" | "))
 
@@ -219,21 +213,18 @@ class DrillDown:
                                                                              for t in self.query_texts]
         return dict(zip(column_names(self.k), (texts, first, self.judged_at_k, self.top_k_cells())))
 
-    # ----------------------------------------------------------------- failures.md
-
     def failures_markdown(self) -> str:
         """``failures.md``: the failing queries, worst first (see the module docstring)."""
         k, level = self.k, self.relevance_level
         rows = self.failures()
         evaluated = int((self.n_relevant > 0).sum())
-        lines = [f"# Failures: queries with no relevant document in the top {k}", ""]
         share = f" ({len(rows) / evaluated:.1%})" if evaluated else ""
-        lines.append(f"{len(rows)} of {evaluated} evaluated queries{share} have no document with grade >= {level} "
-                     f"in the top {k}. Worst first: most relevant documents (R) first, then the first relevant "
-                     "document furthest down the ranking (none retrieved: furthest of all), then query id.")
-        lines.append("")
-        lines.append("Each document: `id` (grade; `-` = unjudged)"
-                     + ("." if self.doc_texts is None else ' "the first characters of its text".'))
+        lines = [f"# Failures: queries with no relevant document in the top {k}", "",
+                 f"{len(rows)} of {evaluated} evaluated queries{share} have no document with grade >= {level} "
+                 f"in the top {k}. Worst first: most relevant documents (R) first, then the first relevant "
+                 "document furthest down the ranking (none retrieved: furthest of all), then query id.", "",
+                 "Each document: `id` (grade; `-` = unjudged)"
+                 + ("." if self.doc_texts is None else ' "the first characters of its text".')]
         if not rows:
             lines += ["", f"No failures: every evaluated query has a relevant document in the top {k}."]
             return "\n".join(lines) + "\n"
@@ -283,8 +274,6 @@ class DrillDown:
         text = None if self.doc_texts is None else snippet(self.doc_texts[d])
         return f"- `{self.doc_ids[d]}` ({grade}) {where}" + ("" if text is None else f' "{text}"')
 
-    # ----------------------------------------------------------------- plain text
-
     def text_report(self) -> str:
         """The drill-down for a terminal: each query's top k, one document a line, then the
         failures (``failures.md``)."""
@@ -321,16 +310,9 @@ class DrillDown:
         return out
 
 
-def drill_down(
-    query_ids: Sequence[str],
-    doc_ids: Sequence[str],
-    doc_idx: NDArray[np.integer],
-    qrels: Qrels,
-    k: int,
-    relevance_level: int = 1,
-    query_texts: Sequence[str] | None = None,
-    doc_texts: Sequence[str | None] | None = None,
-) -> DrillDown:
+def drill_down(query_ids: Sequence[str], doc_ids: Sequence[str], doc_idx: NDArray[np.integer], qrels: Qrels, k: int,
+               relevance_level: int = 1, query_texts: Sequence[str] | None = None,
+               doc_texts: Sequence[str | None] | None = None) -> DrillDown:
     """The drill-down of a ranking: ``doc_idx`` [n_queries, depth] indexes ``doc_ids`` (and
     ``doc_texts``), row q is ``query_ids[q]`` and ``qrels.query_idx`` q; -1 = empty rank."""
     if k < 1:
@@ -354,42 +336,29 @@ def of_collection(collection: "Collection", doc_idx: NDArray[np.integer], k: int
                       collection.query_texts, collection.doc_texts)
 
 
-def read_texts(path: str | Path, what: str, wanted: set[str] | None = None) -> dict[str, str]:
-    """id -> text of a corpus (``what="corpus"``: JSONL ``_id``/``title``/``text``, text =
-    title + " " + text as the pipeline indexes it, or TSV id[, title], text) or a queries
-    file (JSONL ``_id``/``text`` or TSV id, text); ``.gz`` accepted. Only the ids in
-    ``wanted`` are kept (all when None). Bad lines raise InputError (file, line, problem)."""
-    from pipeline.io.collection import read_corpus, read_queries
-
-    records = read_corpus(path) if what == "corpus" else read_queries(path)
-    return {rid: text for _, rid, text in records if wanted is None or rid in wanted}
-
-
-def queries_beside(corpus: str | Path) -> Path | None:
-    """``queries.jsonl[.gz]`` in the corpus's folder (a BEIR folder), if there is one."""
-    folder = Path(corpus).parent
-    for name in ("queries.jsonl", "queries.jsonl.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 def of_scored(scored: Any, k: int, relevance_level: int = 1, corpus: str | Path | None = None,
               queries: str | Path | None = None) -> DrillDown:
-    """The drill-down of ``pipeline.score.score_files``'s result: snippets from ``corpus``
-    (none without it), query texts from ``queries`` (default: ``queries.jsonl`` beside the
-    corpus, if any). Only the corpus's documents that the run or the qrels name are kept."""
+    """The drill-down of ``pipeline.io.scored.score_files``'s result: snippets from ``corpus``
+    (``pipeline.io.collection.read_corpus``: text = title + " " + text, as the pipeline indexes
+    it; none without it), query texts from ``queries`` (default: ``queries.jsonl[.gz]`` beside
+    the corpus, if any). Only the corpus's documents that the run or the qrels name are kept;
+    a bad line is an InputError naming the file and line."""
+    from pipeline.io.collection import read_corpus, read_queries
+
     doc_ids = scored.doc_vocab().to_pylist()
     doc_texts = None
     if corpus is not None:
-        texts = read_texts(corpus, "corpus", set(doc_ids))
+        wanted = set(doc_ids)
+        texts = {doc_id: text for _, doc_id, text in read_corpus(corpus) if doc_id in wanted}
         doc_texts = [texts.get(d) for d in doc_ids]
         if not texts:
             log.warning("warning: no document of the run or the qrels is in %s: no snippets", corpus)
-        queries = queries if queries is not None else queries_beside(corpus)
+        beside = [Path(corpus).parent / name for name in ("queries.jsonl", "queries.jsonl.gz")]
+        queries = queries if queries is not None else next((p for p in beside if p.is_file()), None)
     query_texts = None
     if queries is not None:
-        found = read_texts(queries, "queries", set(scored.query_ids))
+        wanted = set(scored.query_ids)
+        found = {qid: text for _, qid, text in read_queries(queries) if qid in wanted}
         query_texts = [found.get(q, "") for q in scored.query_ids]
     return drill_down(scored.query_ids, doc_ids, scored.doc_idx, scored.qrels, k, relevance_level, query_texts,
                       doc_texts)

@@ -8,48 +8,38 @@ draws, and importing this module stays cheap.
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.metrics import CURVES, LABELS, STANDARD_KS
+from pipeline.metrics import CURVES, LABELS, STANDARD_KS, parse_key
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-log = logging.getLogger(__name__)
-
 #: Display names for the curve keys of the MLflow contract (curve/<key>), from the metric table.
 CURVE_LABELS = {name: LABELS[name] for name in CURVES}
 #: The files :func:`save_run_figures` writes in a run's ``plots`` folder.
 RUN_FIGURES = ("k_sweep.png", "precision_recall.png")
+#: Resolution of a run's PNGs (1650 x 495 px for the K-sweep, 660 x 550 for the PR curve).
+RUN_DPI = 110
 
 
 def _figure(**kwargs: Any) -> Figure:
-    """``matplotlib.figure.Figure(**kwargs)``; matplotlib is imported on the first figure, so
-    a process that imports this module but draws nothing (the scorer, a job's setup) does
-    not pay for it."""
+    """``matplotlib.figure.Figure(**kwargs)``, importing matplotlib on the first figure."""
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
 
 
-#: Resolution of a run's PNGs (1650 x 495 px for the K-sweep, 660 x 550 for the PR curve).
-RUN_DPI = 110
 def _ks(values: NDArray) -> NDArray[np.int64]:
     """K = 1..len(values): curves hold the value at K in entry K - 1."""
     return np.arange(1, len(values) + 1)
-
-
-def _mark_k(ax: Axes, k: int) -> Any:
-    return ax.axvline(k, color="0.4", linestyle="--", linewidth=1.0, label=f"k = {k}")
 
 
 def _k_axis(ax: Axes, k_max: int) -> None:
@@ -67,26 +57,23 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
     Left: precision and recall; middle: nDCG (plus MAP and MRR when given); right: context
     utility under the configured placement and attention curve. ``curves`` maps the keys
     precision, recall, ndcg, context_utility (map, mrr optional) to arrays whose entry K - 1
-    is the mean value at K.
-    """
+    is the mean value at K."""
     missing = [key for key in ("precision", "recall", "ndcg", "context_utility") if key not in curves]
     if missing:
         raise KeyError(f"k_sweep_figure: curves lack {missing}")
     fig = _figure(figsize=(15, 4.5), dpi=RUN_DPI)
     fig.subplots_adjust(left=0.045, right=0.99, bottom=0.12, top=0.86, wspace=0.2)
     axes = fig.subplots(1, 3)
-    panels = [
-        (axes[0], ("precision", "recall"), "Precision and recall"),
-        (axes[1], ("ndcg", "map", "mrr"), "Ranking quality"),
-        (axes[2], ("context_utility",), "Context utility (placed order)"),
-    ]
+    panels = [(axes[0], ("precision", "recall"), "Precision and recall"),
+              (axes[1], ("ndcg", "map", "mrr"), "Ranking quality"),
+              (axes[2], ("context_utility",), "Context utility (placed order)")]
     k_max = max(len(np.asarray(values)) for values in curves.values())
     for ax, keys, panel_title in panels:
         for key in keys:
             if key in curves:
                 values = np.asarray(curves[key], dtype=np.float64)
                 ax.plot(_ks(values), values, marker="o", markersize=3, label=CURVE_LABELS[key])
-        _mark_k(ax, k)
+        ax.axvline(k, color="0.4", linestyle="--", linewidth=1.0, label=f"k = {k}")
         _k_axis(ax, k_max)
         ax.set_ylabel("mean over queries")
         ax.set_title(panel_title)
@@ -95,16 +82,9 @@ def k_sweep_figure(curves: Mapping[str, NDArray], k: int, title: str) -> Figure:
     return fig
 
 
-def pr_curve_figure(
-    precision: NDArray,
-    recall: NDArray,
-    title: str,
-    label_ks: Sequence[int] | None = None,
-) -> Figure:
-    """Mean precision@K against mean recall@K for K = 1..k_max, a few points labelled by K.
-
-    ``label_ks`` defaults to K = 1, 3, 5, 10, 20, 50, 100 (those <= k_max) and k_max.
-    """
+def pr_curve_figure(precision: NDArray, recall: NDArray, title: str, label_ks: Sequence[int] | None = None) -> Figure:
+    """Mean precision@K against mean recall@K for K = 1..k_max, a few points labelled by K:
+    ``label_ks``, by default K = 1, 3, 5, 10, 20, 50, 100 (those <= k_max) and k_max."""
     precision = np.asarray(precision, dtype=np.float64)
     recall = np.asarray(recall, dtype=np.float64)
     if precision.shape != recall.shape or precision.ndim != 1:
@@ -140,30 +120,21 @@ BAR_LABELS_MAX_JOBS = 30
 PNG_FAST = {"pil_kwargs": {"compress_level": 1}}
 
 
-def sweep_summary_figure(
-    table: pd.DataFrame,
-    curves: Mapping[str, Mapping[str, NDArray]],
-    metric_keys: Sequence[str],
-    name_column: str = "run_name",
-    title: str = "Sweep summary",
-    ci: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-    tied: Sequence[str] = (),
-) -> Figure:
+def sweep_summary_figure(table: pd.DataFrame, curves: Mapping[str, Mapping[str, NDArray]], metric_keys: Sequence[str],
+                         name_column: str = "run_name", title: str = "Sweep summary",
+                         ci: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+                         tied: Sequence[str] = ()) -> Figure:
     """Compare the jobs of a sweep: headline metrics per job, nDCG and recall vs K.
 
     The bars: each metric in ``metric_keys`` (columns of ``table``, one row per job, named
     by ``name_column`` or, if absent, the index), with the 95% CI as error bars where
-    ``ci[key] = (low, high)`` gives it (in table order), and each bar's value beside it up to
-    :data:`BAR_LABELS_MAX_JOBS` jobs; jobs named in ``tied`` (statistically tied with the
-    best) are marked "≈ best". The curves: nDCG@K and recall@K, one line per entry of
-    ``curves`` that names a job or a group of jobs with identical rankings (the caller groups
-    them: identical rankings have identical curves); the y-range fits the values.
-
-    Up to :data:`SIDE_BY_SIDE_MAX_JOBS` jobs the bars are on the left and the curves in the
-    middle and on the right, the legends below, outside the data. Past that the curves are on
-    top at their usual height, with their legend in the recall panel, and the bars below
-    across the width.
-    """
+    ``ci[key] = (low, high)`` gives it (in table order), each bar's value beside it up to
+    :data:`BAR_LABELS_MAX_JOBS` jobs, the jobs in ``tied`` (statistically tied with the best)
+    marked "≈ best". The curves: nDCG@K and recall@K, one line per entry of ``curves``: a job,
+    or a group of jobs with identical rankings (hence identical curves); the y-range fits the
+    values. Up to :data:`SIDE_BY_SIDE_MAX_JOBS` jobs the bars are left of the curves, legends
+    below, outside the data; past that the curves are on top at their usual height, their
+    legend in the recall panel, and the bars below across the width."""
     if not metric_keys:
         raise ValueError("sweep_summary_figure: metric_keys is empty")
     names = [str(n) for n in (table[name_column] if name_column in table.columns else table.index)]
@@ -262,19 +233,12 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
     return [folder / name for name in figures]
 
 
-# --------------------------------------------------------------------------- comparisons
-# Figures of ``python -m pipeline.compare``: sized to stay readable in MLflow's artifact
+# The figures of ``python -m pipeline.compare`` are sized to stay readable in MLflow's artifact
 # preview (about 900 px wide), legends below the axes, never over the data.
-
-
 def metric_label(key: str) -> str:
     """``ndcg_at_10`` -> ``nDCG@10``; ``mrr`` -> ``MRR``; ``map`` -> ``MAP`` (from the metric table)."""
-    from pipeline.metrics import LABELS as labels, parse_key
-
     family, k = parse_key(key)
-    if k is None:
-        return key.upper()
-    return labels[family].replace("@K", f"@{k}")
+    return key.upper() if k is None else LABELS[family].replace("@K", f"@{k}")
 
 
 def _short(name: str, width: int = 56) -> str:
@@ -297,8 +261,7 @@ def forest_figure(comparisons: Mapping[str, Sequence[Mapping]], baseline: str, t
     if not metrics:
         raise ValueError("forest_figure: no metrics")
     systems = list(dict.fromkeys(row["system"] for rows in comparisons.values() for row in rows))
-    n = max(len(systems), 1)
-    fig = _figure(figsize=(min(3.6 * len(metrics) + 3.2, 16), 1.6 + 0.42 * n), layout="constrained")
+    fig = _figure(figsize=(min(3.6 * len(metrics) + 3.2, 16), 1.6 + 0.42 * max(len(systems), 1)), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(metrics), sharey=True))
     y = {name: i for i, name in enumerate(systems)}
     for ax, metric in zip(axes, metrics):

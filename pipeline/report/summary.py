@@ -18,22 +18,13 @@ from pipeline import tracking
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.report import figures as plots
-from pipeline.report.output import report_for_folders
+from pipeline.report.compare import report_for_folders
 from pipeline.report.systems import parse_overrides
 
 log = logging.getLogger(__name__)
 
 #: Families compared at each k used in the sweep (with the objective, mrr and map).
 _FAMILIES = ("ndcg", "precision", "recall", "context_utility")
-
-
-def _budget_columns(columns: Any) -> list[str]:
-    """Context metrics per token budget of chunked or budgeted jobs (``pipeline.chunkers``), by budget."""
-    found = [c for c in columns if c.startswith(_BUDGET_PREFIXES) and c.rsplit("_", 1)[-1].isdigit()]
-    return sorted(found, key=lambda c: (int(c.rsplit("_", 1)[-1]),
-                                        _BUDGET_PREFIXES.index(c.rsplit("_budget_", 1)[0] + "_budget_")))
-
-
 #: Budget metrics a sweep's table shows (``<name>_budget_<B>``), in this order for each B.
 _BUDGET_PREFIXES = ("context_recall_budget_", "context_precision_budget_", "relevant_token_share_budget_",
                     "n_chunks_budget_")
@@ -58,8 +49,7 @@ def log_pending(sweep_dir: Path, settings: tracking.StoreSettings | None = None,
             res.write_failed(job_dir, _overrides(results), f"error: {err}\nThe results are safe on disk in "
                              f"{results.resolve()}; `python -m pipeline.sync {job_dir}` logs them later.")
             continue
-        if (job_dir / res.FAILED).exists():
-            (job_dir / res.FAILED).unlink()
+        (job_dir / res.FAILED).unlink(missing_ok=True)
     return errors
 
 
@@ -74,13 +64,11 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
               status: str = "FINISHED") -> str:
     """Write the sweep's summary from its job folders, log it to the parent run (when
     tracking) and close the parent with ``status`` (FAILED when a job failed); returns the
-    text to print.
-
-    The summary gives each job's objective with its 95% CI, the jobs statistically tied with
-    the best (randomization test, Holm-adjusted: ``pipeline.compare``), the swept factors'
-    main effects (``summary/compare/``), and the best job, which the parent run also carries
-    as tags (``best_run_name``, ``best_run_id``, ``best.<override>``) and metrics
-    (``best_<objective>`` and its CI)."""
+    text to print. The summary gives each job's objective with its 95% CI, the jobs
+    statistically tied with the best (randomization test, Holm-adjusted: ``pipeline.compare``),
+    the swept factors' main effects (``summary/compare/``), and the best job, which the parent
+    run also carries as tags (``best_run_name``, ``best_run_id``, ``best.<override>``) and
+    metrics (``best_<objective>`` and its CI)."""
     sweep_dir = Path(sweep_dir)
     out = sweep_dir / res.SUMMARY
     out.mkdir(parents=True, exist_ok=True)
@@ -124,13 +112,9 @@ def _job_row(results: Path, record: dict[str, Any], settings: tracking.StoreSett
     """A job's row of the sweep table: its names, status, overrides and every metric."""
     marker = res.read_marker(results)
     k = record["params"].get("k", str(record["k"]))
-    row: dict[str, Any] = {
-        "run_name": record["run_name"],
-        "run_id": marker["run_id"] if marker else "",
-        "status": "FINISHED" if marker or settings is None else "FAILED",
-        "overrides": record["tags"].get(tracking.TAG_OVERRIDES, ""),
-    }
-    row.update(record["metrics"])
+    row: dict[str, Any] = {"run_name": record["run_name"], "run_id": marker["run_id"] if marker else "",
+                           "status": "FINISHED" if marker or settings is None else "FAILED",
+                           "overrides": record["tags"].get(tracking.TAG_OVERRIDES, ""), **record["metrics"]}
     for family in ("ndcg", "context_utility"):  # each job at its own k
         row[f"{family}_at_k"] = record["metrics"].get(f"{family}_at_{k}")
     row["tied_with_best"] = _resolved(results.parent) in tied_folders or _resolved(results) in tied_folders
@@ -145,11 +129,8 @@ def _curves(jobs: list[tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, Any]
     groups: dict[str, list[dict[str, Any]]] = {}
     for _, record in jobs:
         groups.setdefault(record.get("ranking_digest") or record["job_key"], []).append(record)
-    curves = {}
-    for records in groups.values():
-        curves[_group_label(records, jobs)] = {name: records[0]["curves"].get(f"curve/{name}")
-                                               for name in ("ndcg", "recall")}
-    return curves
+    return {_group_label(records, jobs): {name: records[0]["curves"].get(f"curve/{name}")
+                                          for name in ("ndcg", "recall")} for records in groups.values()}
 
 
 def _sweep_table(rows: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, Any]]], objective: str) -> Any:
@@ -162,9 +143,12 @@ def _sweep_table(rows: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, An
     if not len(table):
         return table
     ks = sorted({int(record["params"].get("k", 0)) for _, record in jobs} - {0})
+    # context metrics per token budget of chunked or budgeted jobs (pipeline.chunkers), by budget
+    budget = sorted((c for c in table.columns if c.startswith(_BUDGET_PREFIXES) and c.rsplit("_", 1)[-1].isdigit()),
+                    key=lambda c: (int(c.rsplit("_", 1)[-1]),
+                                   _BUDGET_PREFIXES.index(c.rsplit("_budget_", 1)[0] + "_budget_")))
     wanted = [objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k", "context_utility_at_k",
-              *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *_budget_columns(table.columns),
-              "time_total_s"]
+              *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *budget, "time_total_s"]
     keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
     trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
     table = table[["run_name", "run_id", "status", "overrides", *trial, *keys]]
@@ -222,7 +206,7 @@ def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.Sto
         found = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {},
                                      run_name=info.get("run_name"))
         parent, exp_id = found["parent_run_id"], found["experiment_id"]
-    tags, metrics = _best_on_parent(best, objective, _ci_columns(objective), table)
+    tags, metrics = _best_on_parent(best, objective, table)
     description = sweep_description(name, info.get("experiment", ""), objective, table, best, status, headline)
     tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics,
                           description=description)
@@ -240,7 +224,7 @@ def sweep_description(name: str, experiment: str, objective: str, table: Any, be
     lines = [f"**{name}**" + (f" on {experiment}" if experiment else "") + f": {len(table)} jobs, {status}; "
              "each job is a run nested under this one, with its own description and curves.", ""]
     if best is not None:
-        ci_cols = [f"{objective}_ci_low", f"{objective}_ci_high"]
+        ci_cols = _ci_columns(objective)
         ci = (f" (95% CI {best[ci_cols[0]]:.4f} to {best[ci_cols[1]]:.4f})"
               if all(c in table.columns for c in ci_cols) else "")
         lines.append(f"**Best:** `{best['run_name']}` (`{best['overrides']}`): `{objective}` = "
@@ -288,7 +272,8 @@ def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str,
     return f"{records[0]['run_name']} (+{len(records) - 1} with the same ranking)"
 
 
-def _best_on_parent(best: Any, objective: str, ci_cols: list[str], table: Any) -> tuple[dict[str, str], dict[str, float]]:
+def _best_on_parent(best: Any, objective: str, table: Any) -> tuple[dict[str, str], dict[str, float]]:
+    """The best job (a row of ``table``, or None) as the parent run's tags and metrics."""
     if best is None:
         return {}, {}
     tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
@@ -296,10 +281,7 @@ def _best_on_parent(best: Any, objective: str, ci_cols: list[str], table: Any) -
                if not k.startswith(("paths.", "tracking.", "hydra."))}}
     if "optuna_trial" in table.columns:
         tags["best_optuna_trial"] = str(best["optuna_trial"])
-    metrics = {f"best_{objective}": float(best[objective])}
-    for col in ci_cols:
-        if col in table.columns:
-            metrics[f"best_{col}"] = float(best[col])
+    metrics = {f"best_{col}": float(best[col]) for col in (objective, *_ci_columns(objective)) if col in table.columns}
     if "tied_with_best" in table.columns:
         metrics["n_tied_with_best"] = float(table["tied_with_best"].sum())
     return tags, metrics
@@ -323,8 +305,7 @@ def _markdown(table: Any) -> str:
     cols = list(table.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, row in table.iterrows():
-        cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,13 +2,17 @@
 
 A system is a job's folder (or its ``results/``), every job of a sweep folder, a TREC run
 file scored against qrels (``pipeline.io.scored``), an MLflow job run, every job of a
-sweep's parent run, or the runs of an MLflow experiment. Only the evaluated queries (at
-least one relevant document) are kept; :func:`load_systems` gives the systems unique names.
-Bad input is an ``InputError`` naming the file (and line) that holds it.
+sweep's parent run, or the runs of an MLflow experiment; :func:`load_systems` gives them
+unique names. Only the evaluated queries count: in a ``per_query.csv``, the rows whose
+``evaluated`` is true (in an older table, ``n_relevant`` > 0; else every row). Bad input is
+an ``InputError`` naming the file (or MLflow artifact) and line: a missing column, a
+duplicate query id, a value that is not a finite number.
 """
 
 from __future__ import annotations
 
+import csv
+import math
 import shlex
 import tempfile
 from collections import Counter
@@ -23,7 +27,6 @@ from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.io.scored import score_files
 from pipeline.metrics import FAMILY, FULL_DEPTH, parse_key
-from pipeline.report.per_query import read_per_query
 
 #: nDCG@10 (the project's objective, graded), recall@10 (did the evidence reach a 10-chunk
 #: context: what a RAG generator needs) and MRR (where the first relevant chunk is). Few on
@@ -66,12 +69,10 @@ class System:
 
     def describe(self) -> dict[str, Any]:
         """The system as the JSON report lists it (no scores: those are in ``per_query``)."""
-        return {
-            "name": self.name, "kind": self.kind, "spec": self.spec, "source": self.source,
-            "run_name": self.run_name, "run_id": self.run_id, "folder": self.folder,
-            "overrides": self.overrides, "sweep": self.sweep, "dataset_digest": self.dataset,
-            "n_queries": len(next(iter(self.scores.values()), {})),
-        }
+        return {"name": self.name, "kind": self.kind, "spec": self.spec, "source": self.source,
+                "run_name": self.run_name, "run_id": self.run_id, "folder": self.folder, "overrides": self.overrides,
+                "sweep": self.sweep, "dataset_digest": self.dataset,
+                "n_queries": len(next(iter(self.scores.values()), {}))}
 
 
 def parse_overrides(text: str) -> dict[str, str]:
@@ -105,7 +106,87 @@ def check_metrics(metrics: Sequence[str]) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- one system
+def read_per_query(path: Path, metrics: Sequence[str], source: str | None = None) -> dict[str, dict[str, float]]:
+    """``{metric: {query_id: value}}`` of the evaluated queries of a ``per_query.csv``.
+
+    Errors name ``source`` (default: the file) and the line."""
+    path = Path(path)
+    where = source or str(path)
+    header = _header(path)
+    wanted = [c for c in ("query_id", "evaluated", "n_relevant", *metrics) if c in header] if header else None
+    table = _read_columns(path, wanted, where)
+    columns = set(header if wanted is not None else table.column_names)
+    _check_columns(columns, metrics, where)
+    ids = [str(q) for q in table.column("query_id").to_pylist()]
+    keep = _evaluated(table, columns, len(ids))
+    seen: dict[str, int] = {}
+    for row, qid in enumerate(ids):
+        if qid in seen:
+            raise InputError(f"query {qid!r} appears twice (first on line {seen[qid] + 2})", where, row + 2)
+        seen[qid] = row
+    return {metric: _scores(metric, ids, table.column(metric).to_pylist(), keep, where) for metric in metrics}
+
+
+def _header(path: Path) -> list[str] | None:
+    """The first line's column names; None when unreadable (pyarrow's read then says why)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            return next(csv.reader(fh), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+
+
+def _read_columns(path: Path, wanted: list[str] | None, where: str) -> Any:
+    """The table with only the ``wanted`` columns (None: all) converted: a job's table has a
+    column per metric and K, and converting only the few used is most of the saving."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    try:
+        return pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(
+            column_types={"query_id": pa.string()}, strings_can_be_null=False, include_columns=wanted))
+    except FileNotFoundError:
+        raise InputError("per-query table not found", where) from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"unreadable per-query table ({exc})", where) from None
+
+
+def _check_columns(columns: set[str], metrics: Sequence[str], where: str) -> None:
+    """A query id column and every metric; a missing metric's error lists the K the table has."""
+    if "query_id" not in columns:
+        raise InputError("no query_id column: not a per_query.csv", where, 1)
+    absent = [m for m in metrics if m not in columns]
+    if absent:
+        family, _ = parse_key(absent[0])
+        have = sorted((c for c in columns if c.startswith(f"{family}_at_")), key=lambda c: int(c.rsplit("_", 1)[1]))
+        span = f" (it has {have[0]} .. {have[-1]})" if have else ""
+        raise InputError(f"no column {absent[0]}{span}", where, 1)
+
+
+def _evaluated(table: Any, columns: set[str], n_rows: int) -> list[bool]:
+    """Which rows count: ``evaluated``, else ``n_relevant`` > 0, else all."""
+    if "evaluated" in columns:
+        return [v is True or str(v).strip().lower() in ("true", "1") for v in table.column("evaluated").to_pylist()]
+    if "n_relevant" in columns:
+        return [float(v or 0) > 0 for v in table.column("n_relevant").to_pylist()]
+    return [True] * n_rows
+
+
+def _scores(metric: str, ids: Sequence[str], values: Sequence[Any], keep: Sequence[bool],
+            where: str) -> dict[str, float]:
+    """``{query_id: value}`` of the rows that count; each value a finite number."""
+    scores: dict[str, float] = {}
+    for row, (qid, value, counts) in enumerate(zip(ids, values, keep)):
+        if not counts:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise InputError(f"{metric} of query {qid!r} is not a finite number ({value!r})", where, row + 2)
+        scores[qid] = number
+    return scores
 
 
 def _job_results(path: Path) -> Path | None:
@@ -192,9 +273,6 @@ def _load_mlflow_runs(runs: Sequence[Mapping[str, Any]], metrics: Sequence[str],
     return systems
 
 
-# --------------------------------------------------------------------------- every system
-
-
 def _from_mlflow(spec: str, metrics: Sequence[str], settings: Any, experiment_filter: str) -> list[System]:
     """``mlflow:RUN_ID`` (a job run, or a sweep's parent: all its jobs) or
     ``mlflow-experiment:NAME[:FILTER]`` (its finished runs)."""
@@ -236,16 +314,9 @@ def _from_path(spec: str, metrics: Sequence[str], qrels: str | None, gain: str,
     return [load_system(r, metrics, spec=spec, sweep_dir=sweep_dir) for r in found]
 
 
-def load_systems(
-    specs: Sequence[str],
-    metrics: Sequence[str] = DEFAULT_METRICS,
-    *,
-    qrels: str | None = None,
-    tracking_uri: str | None = None,
-    experiment_filter: str = "",
-    gain: str = "exp",
-    relevance_level: int = 1,
-) -> list[System]:
+def load_systems(specs: Sequence[str], metrics: Sequence[str] = DEFAULT_METRICS, *, qrels: str | None = None,
+                 tracking_uri: str | None = None, experiment_filter: str = "", gain: str = "exp",
+                 relevance_level: int = 1) -> list[System]:
     """Every system the command line names, in order, with unique names (see :func:`name_systems`).
 
     A sweep (folder or MLflow parent run) or an experiment expands to all its jobs."""
