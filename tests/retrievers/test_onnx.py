@@ -1,10 +1,10 @@
 """Encoding backends (torch, onnx, onnx-int8), the per-text embedding cache, built files and
-the progress bar of retrievers/dense/ and pipeline/io/cache.py.
+the progress bar of retrievers/dense and pipeline/io/cache.
 
 nDCG@10 is computed by pytrec_eval (trec_eval's ndcg_cut_10). The ONNX exports and the
 embeddings of the slow tests are kept in the shared test cache (``cache_dir``, conftest.py:
-``RAG_EVAL_TEST_CACHE``, default ``~/.cache/rag-retrieval-eval/tests``), verified on read; the
-torch SciFact embeddings are those of ``minilm_on_scifact`` (encoded once per session at most).
+``RAG_EVAL_TEST_CACHE``, default ``~/.cache/rag-retrieval-eval/tests``), verified on read.
+onnx-int8 against torch on SciFact is in test_scifact.py, beside the full corpus's encoding.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import os
 
 import numpy as np
 import pytest
-from test_scifact import per_query_ndcg_at_10
+from test_scifact import per_query_ndcg
 
 import retrievers.dense as dense_mod
 import retrievers.dense.model as dense_model
 from pipeline.io.cache import TextEmbeddingStore, content_hash, load_or_build_file, text_hashes
-from pipeline.stats import bootstrap_ci
 from retrievers.dense import DenseRetriever
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -198,12 +197,6 @@ def backend_embeddings(collection, backend: str, cache) -> tuple[DenseRetriever,
     return r, np.vstack([r.doc_embeddings, queries])
 
 
-def per_query_ndcg(collection, retriever: DenseRetriever) -> np.ndarray:
-    ranking = retriever.search(collection.query_ids, collection.query_texts, 100)
-    per_query = per_query_ndcg_at_10(collection, ranking)
-    return np.array([per_query[q] for q in sorted(per_query)])
-
-
 @pytest.mark.slow
 def test_onnx_backends_reproduce_torch_embeddings_on_the_sample(cache_dir):
     """Both ONNX backends against torch on every document and query of the bundled sample.
@@ -217,7 +210,7 @@ def test_onnx_backends_reproduce_torch_embeddings_on_the_sample(cache_dir):
     cosine >= 0.95 to torch's and their mean >= 0.98 (measured on 2026-12-01, this machine:
     min 0.9834, mean 0.9929). ONNX Runtime's default scheme (every op, per tensor) fails both
     (measured min 0.902, mean 0.951), so the bound catches a scheme that rounds too coarsely.
-    How much int8 may change rankings is bounded on SciFact's 300 queries (below): the
+    How much int8 may change rankings is bounded on SciFact's 300 queries (test_scifact.py): the
     sample's 52 are too few to bound it usefully."""
     pytest.importorskip("onnxruntime")
     from pipeline.io.collection import load_sample
@@ -235,63 +228,3 @@ def test_onnx_backends_reproduce_torch_embeddings_on_the_sample(cache_dir):
     cosine = (int8 * want).sum(axis=1)
     assert cosine.min() >= 0.95 and cosine.mean() >= 0.98, (cosine.min(), cosine.mean())
     assert not np.allclose(int8, want, atol=1e-3)  # it is quantized: else the bound proves nothing
-
-
-def scifact_subset(collection, every: int = 10):
-    """SciFact's 300 queries over a sub-corpus: every judged abstract and every ``every``-th
-    other one (764 of 5,183), so that the int8 backend encodes a seventh of the corpus.
-    The full corpus's numbers are ``benchmarks/encode.py``'s."""
-    import dataclasses
-
-    from pipeline.metrics import Qrels
-
-    judged = set(collection.qrels.doc_idx[collection.qrels.doc_idx >= 0].tolist())
-    keep = sorted(judged | set(range(0, collection.n_docs, every)))
-    new_idx = np.full(collection.n_docs, -1, np.int64)
-    new_idx[keep] = np.arange(len(keep))
-    q = collection.qrels
-    qrels = Qrels(q.query_idx, np.where(q.doc_idx >= 0, new_idx[np.maximum(q.doc_idx, 0)], -1), q.grade)
-    return dataclasses.replace(collection, doc_ids=[collection.doc_ids[i] for i in keep],
-                               doc_texts=[collection.doc_texts[i] for i in keep], qrels=qrels,
-                               digest=f"{collection.digest}-subset-{every}")
-
-
-INT8_MARGIN = 0.03  # the equivalence margin of onnx-int8's nDCG@10 against torch's (see below)
-
-
-@pytest.mark.slow
-def test_onnx_int8_ranks_scifact_as_torch_does(scifact, cache_dir, minilm_on_scifact):
-    """onnx-int8 is equivalent to torch on SciFact's 300 queries (over a sub-corpus, see
-    scifact_subset): the paired-bootstrap 95% CI (BCa, pipeline.stats.bootstrap_ci) of the
-    mean per-query nDCG@10 difference int8 - torch lies within +-0.03.
-
-    The margin is the size of difference that would change a conclusion: below the gap
-    between BM25 and MiniLM on SciFact (0.679 vs 0.645), so int8 cannot decide which of the
-    two wins. It bounds what quantization does, not one CPU's rounding: int8 kernels differ
-    between CPUs, and a CI with room to the margin holds across them. Measured on
-    2026-12-01, this machine: mean difference +0.0008, 95% CI [-0.0073, +0.0091]; coarser
-    schemes stay inside too (7-bit weights, ``reduce_range``, ONNX Runtime's remedy for CPUs
-    whose int8 products saturate: -0.0076 [-0.0181, +0.0006]).
-
-    fp32 ONNX is checked at the embedding level: on the sample, and here on the 32 longest
-    abstracts (cut at the model's 256 tokens; the sample's texts stay under 90). The torch
-    side reads ``minilm_on_scifact``'s embeddings from the per-text cache instead of
-    encoding the sub-corpus again."""
-    pytest.importorskip("onnxruntime")
-    subset = scifact_subset(scifact)
-    assert 700 < subset.n_docs < 1000 and (subset.qrels.doc_idx >= 0).all()
-    torch_r = DenseRetriever(cache_dir=cache_dir, batch_size=64)
-    torch_r.index(subset.doc_ids, subset.doc_texts)
-    int8_r = DenseRetriever(backend="onnx-int8", cache_dir=cache_dir, batch_size=64)
-    int8_r.index(subset.doc_ids, subset.doc_texts)
-    torch_ndcg, int8_ndcg = per_query_ndcg(subset, torch_r), per_query_ndcg(subset, int8_r)
-    assert len(torch_ndcg) == 300
-    assert 0.70 < torch_ndcg.mean() < 0.95, torch_ndcg.mean()  # every judged abstract is in: above the full corpus's
-    diff = int8_ndcg - torch_ndcg
-    assert np.count_nonzero(diff) >= 10  # int8 does change rankings: else the bound proves nothing
-    (low,), (high,) = bootstrap_ci(diff[None, :], confidence=0.95)
-    assert -INT8_MARGIN <= low <= diff.mean() <= high <= INT8_MARGIN, (diff.mean(), low, high)
-
-    longest = np.argsort([-len(t) for t in scifact.doc_texts], kind="stable")[:32]
-    fp32 = DenseRetriever(backend="onnx", cache_dir=cache_dir).encode([scifact.doc_texts[i] for i in longest])
-    np.testing.assert_allclose(fp32, minilm_on_scifact.doc_embeddings[longest], rtol=0, atol=1e-5)
