@@ -193,13 +193,18 @@ def _migrate_into_place(db: Path) -> None:
         raise
 
 
-@cache
 def _store_lock(db: Path) -> FileLock:
     """The lock file beside a sqlite store (``<db>.lock``): one object per store in a process,
-    so that taking it again inside (creating the store while writing) does not wait on itself."""
+    however the store's path is written (relative or absolute), so that taking it again
+    inside (creating the store while writing) does not wait on itself."""
+    return _lock_file(str(db.resolve()) + ".lock")
+
+
+@cache
+def _lock_file(path: str) -> FileLock:
     from filelock import FileLock
 
-    return FileLock(str(db.resolve()) + ".lock")
+    return FileLock(path)
 
 
 @contextmanager

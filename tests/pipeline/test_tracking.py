@@ -134,3 +134,31 @@ def test_an_interrupt_during_a_write_takes_effect_after_it():
             steps.append("the write finished")
     assert steps == ["the write finished"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is back
+
+
+def test_the_writer_lock_is_one_lock_however_the_store_is_named(tmp_path, monkeypatch):
+    """Writing to a new store named by a relative path creates it inside the writer's lock,
+    under the store's absolute path: one lock, not a second that waits on the first."""
+    from pipeline import tracking
+    from pipeline.tracking import store as store_mod
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(store_mod, "STORE_LOCK_TIMEOUT_S", 5)  # the bug waited out the timeout
+    relative = tracking.StoreSettings(uri="sqlite:///outputs/mlflow.db")
+    with tracking.writing(relative):
+        tracking.ensure_store(relative)
+    assert (tmp_path / "outputs" / "mlflow.db").is_file()
+
+
+def test_the_readme_first_command_logs_to_a_new_store_in_the_working_folder(tmp_path):
+    """``python -m pipeline`` as a newcomer runs it: the default store, ``outputs/mlflow.db``
+    relative to the working folder, created by the job that logs to it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.run([sys.executable, "-m", "pipeline"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MLflow run " in proc.stdout and (tmp_path / "outputs" / "mlflow.db").is_file()
