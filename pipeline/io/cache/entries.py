@@ -8,7 +8,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,20 @@ from pipeline.io.cache.store import (HASH_ALGO, DamagedEntry, LegacyEntry, all_f
                                      save_json, stored_hash, write_entry)
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _unusable_discarded(meta: Path, what: str, then: str) -> Iterator[None]:
+    """Reading the cache entry of ``meta``: one this process cannot verify (an info line) or a
+    damaged one (a warning) is discarded, and the block ends without it."""
+    try:
+        yield
+    except LegacyEntry as why:
+        log.info("%s %s predates this version's verified caches (%s); %s", what, meta, why, then)
+        discard(meta)
+    except DamagedEntry as bad:
+        log.warning("cache file %s (%s) is unreadable or damaged: %s; %s", bad.path, what, bad, then)
+        discard(meta)
 
 ARRAYS = "arrays"
 RANKINGS = "rankings"
@@ -41,7 +56,7 @@ def load_or_compute_array(cache_dir: str | Path | None, key: Mapping[str, Any], 
     stem = Path(cache_dir) / ARRAYS / digest(key)
     meta, data = stem.with_suffix(".json"), stem.with_suffix(".npy")
     if meta.exists():
-        try:
+        with _unusable_discarded(meta, "cache entry", "recomputing"):
             stored = read_meta(meta)
             if stored.get("key") == canonical(key):
                 array = load_verified(data, stored_hash(stored, "array"), str(stored.get("dtype")))
@@ -51,12 +66,6 @@ def load_or_compute_array(cache_dir: str | Path | None, key: Mapping[str, Any], 
                 log.debug("cache hit %s", data)
                 return array, True
             log.warning("cache entry %s holds another key (digest collision?); recomputing", meta)
-        except LegacyEntry as why:
-            log.info("cache entry %s predates verified caches (%s); recomputing", meta, why)
-            discard(meta)
-        except DamagedEntry as bad:
-            log.warning("cache file %s is unreadable or damaged: %s; discarding and recomputing", bad.path, bad)
-            discard(meta)
     array = np.ascontiguousarray(compute())
     try:
         check_shape(data, array.shape, shape)
@@ -117,7 +126,7 @@ def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any, n_queries:
     """The entry of depth ``depth``, verified; None (with a warning or info line, the entry
     discarded when it is damaged) when it cannot be used."""
     meta, idx_path, score_path = _ranking_paths(folder, base, depth)
-    try:
+    with _unusable_discarded(meta, "cache entry", "recomputing"):
         stored = read_meta(meta)
         if stored.get("key_without_depth") != key_rest or stored.get("depth") != depth:
             log.warning("cache entry %s holds another key (digest collision?); ignoring it", meta)
@@ -137,11 +146,6 @@ def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any, n_queries:
         if problem:
             raise DamagedEntry(idx_path, problem)
         return doc_idx, scores
-    except LegacyEntry as why:
-        log.info("cache entry %s predates verified caches (%s); recomputing", meta, why)
-    except DamagedEntry as bad:
-        log.warning("cache file %s is unreadable or damaged: %s; discarding it", bad.path, bad)
-    discard(meta)
     return None
 
 
@@ -244,7 +248,7 @@ def load_or_build_file(cache_dir: str | Path | None, key: Mapping[str, Any], nam
 def _verified(target: Path, meta: Path, key: Mapping[str, Any]) -> bool:
     """Whether the cached ``target`` is the file its marker records (key, size, content
     hash); when it is not, a warning (info for an unverifiable one) and the marker is removed."""
-    try:
+    with _unusable_discarded(meta, "cached file", "building it again"):
         stored = read_meta(meta)
         if stored.get("key") != canonical(key):
             raise DamagedEntry(meta, "holds another key")
@@ -258,11 +262,6 @@ def _verified(target: Path, meta: Path, key: Mapping[str, Any]) -> bool:
         if file_hash(target) != expected:
             raise DamagedEntry(target, "content hash mismatch (the file changed after it was written)")
         return True
-    except LegacyEntry as why:
-        log.info("cached file %s cannot be verified (%s); building it again", meta, why)
-    except DamagedEntry as bad:
-        log.warning("cached file %s is unreadable or damaged: %s; building it again", bad.path, bad)
-    discard(meta)
     return False
 
 
@@ -310,7 +309,7 @@ class TextEmbeddingStore:
     def _read_shard(self, meta: Path) -> tuple[NDArray[np.uint64], NDArray[np.float32]] | None:
         stem = meta.name[: -len(".json")]
         hashes_path, emb_path = meta.with_name(f"{stem}.hashes.npy"), meta.with_name(f"{stem}.emb.npy")
-        try:
+        with _unusable_discarded(meta, "text cache shard", "discarding it"):
             stored = read_meta(meta)
             if stored.get("key") != self.key:
                 log.warning("text cache shard %s holds another key (digest collision?); ignoring it", meta)
@@ -323,11 +322,6 @@ class TextEmbeddingStore:
             if not all_finite(emb):
                 raise DamagedEntry(emb_path, "non-finite values")
             return hashes, emb
-        except LegacyEntry as why:
-            log.info("text cache shard %s cannot be verified (%s); discarding it", meta, why)
-        except DamagedEntry as bad:
-            log.warning("text cache file %s is unreadable or damaged: %s; discarding it", bad.path, bad)
-        discard(meta)
         return None
 
     def lookup(self, hashes: NDArray[np.uint64]) -> tuple[NDArray[np.float32] | None, NDArray[np.bool_], int]:
