@@ -11,6 +11,7 @@ folder (``python -m pipeline.sync`` logs it later) and exits non-zero.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -159,7 +160,9 @@ def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
     return sweep
 
 
+@functools.cache
 def _git_commit() -> str | None:
+    """The checkout's commit, asked of git once per process (a sequential sweep runs many jobs)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
