@@ -289,14 +289,20 @@ def forest_figure(comparisons: Mapping[str, Sequence[Mapping]], baseline: str, t
 
 #: At most this many systems in the per-query difference figure (its ten line colours).
 PER_QUERY_DIFF_MAX_SYSTEMS = 10
+#: Query ids written at each end of a per-query difference curve, for at most this many systems.
+LABELS_PER_SIDE = 3
+LABELLED_SYSTEMS = 2
 
 
-def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: str, title: str) -> Figure:
+def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: str, title: str,
+                          query_ids: Sequence[str] | None = None) -> Figure:
     """Per-query differences to the baseline, sorted: one panel per metric.
 
-    ``diffs[metric][system]`` holds system - baseline per query. With one system the
-    differences are bars (green: better, red: worse); with several, one sorted line each.
-    Wins/ties/losses read off where the curve crosses 0. Past
+    ``diffs[metric][system]`` holds system - baseline per query, in the order of
+    ``query_ids``. With one system the differences are bars (green: better, red: worse); with
+    several, one sorted line each. Wins/ties/losses read off where the curve crosses 0. Given
+    ``query_ids``, the largest gains and losses are labelled with their query id (a reader's
+    next step is to open those queries), for up to :data:`LABELLED_SYSTEMS` systems. Past
     :data:`PER_QUERY_DIFF_MAX_SYSTEMS` systems (a sweep), the ones whose mean difference is
     largest in magnitude on any metric are drawn, in their order, and the title says how
     many of how many: more lines would repeat colours and bury the axes under the legend."""
@@ -323,6 +329,8 @@ def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: 
                        label=_short(system))
             else:
                 ax.plot(x, d, marker="o", markersize=2, linewidth=1.2, color=f"C{j % 10}", label=_short(system))
+            if query_ids is not None and len(diffs[metric]) <= LABELLED_SYSTEMS:
+                _label_extremes(ax, np.asarray(values, dtype=np.float64), query_ids, f"C{j % 10}")
         ax.axhline(0.0, color="0.3", linewidth=1)
         ax.set_title(metric_label(metric))
         ax.set_xlabel("queries, sorted by difference")
@@ -334,6 +342,21 @@ def per_query_diff_figure(diffs: Mapping[str, Mapping[str, NDArray]], baseline: 
         fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small")
     fig.suptitle(f"{title}\nbaseline: {_short(baseline, 60)}", fontsize="medium")
     return fig
+
+
+def _label_extremes(ax: Axes, values: NDArray, query_ids: Sequence[str], color: str) -> None:
+    """Write the query ids of the :data:`LABELS_PER_SIDE` largest gains and losses (nonzero)
+    next to their points of the sorted curve (x = rank of the difference, descending)."""
+    if len(values) != len(query_ids):
+        raise ValueError(f"per_query_diff_figure: {len(values)} differences for {len(query_ids)} query ids")
+    order = np.lexsort((np.arange(len(values)), -values))  # the plotted order; ties by query position
+    n = len(order)
+    for rank in [*range(min(LABELS_PER_SIDE, n)), *range(max(n - LABELS_PER_SIDE, LABELS_PER_SIDE), n)]:
+        value = float(values[order[rank]])
+        if value == 0.0:
+            continue
+        ax.annotate(_short(str(query_ids[order[rank]]), 16), (rank + 1, value), fontsize="x-small", color=color,
+                    xytext=(4, 6 if value > 0 else -10), textcoords="offset points")
 
 
 def main_effects_figure(effects: Mapping[str, Mapping[str, Sequence[Mapping]]], title: str) -> Figure:

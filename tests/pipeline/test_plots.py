@@ -172,3 +172,18 @@ def test_a_large_sweep_summary_puts_the_curves_on_top_and_the_bars_below():
     assert bars.get_position().width > 2 * ndcg.get_position().width  # across the figure
     assert bars.get_ylim() == (n - 0.5, -0.5)  # first job on top, no empty margins
     assert [t.get_text() for t in recall.get_legend().get_texts()] == ["job0 (+12 with the same ranking)"]
+
+
+def test_per_query_differences_name_the_queries_that_gained_and_lost_most():
+    values = np.array([0.0, 0.5, -0.25, 0.1, -0.75, 0.0, 0.3, 0.05])
+    ids = [f"q{i}" for i in range(len(values))]
+    fig = plots.per_query_diff_figure({"ndcg_at_10": {"dense": values}}, "bm25", "t", query_ids=ids)
+    labels = {t.get_text(): t.xy for t in fig.axes[0].texts}
+    # the 3 largest gains q1 (0.5), q6 (0.3), q3 (0.1); of the 3 lowest, q4 (-0.75) and q2 (-0.25) but not
+    # q5 (0.0): no difference is no gain or loss
+    assert set(labels) == {"q1", "q6", "q3", "q2", "q4"}
+    assert labels["q1"] == (1, 0.5) and labels["q4"] == (8, -0.75) and labels["q2"] == (7, -0.25)
+    unlabelled = plots.per_query_diff_figure({"ndcg_at_10": {"dense": values}}, "bm25", "t")
+    assert not unlabelled.axes[0].texts
+    with pytest.raises(ValueError, match="8 differences for 2 query ids"):
+        plots.per_query_diff_figure({"ndcg_at_10": {"dense": values}}, "bm25", "t", query_ids=["a", "b"])
