@@ -3,10 +3,18 @@
 The export is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with ``data`` and
 ``annotations``) of a project made by ``pipeline.pool``: every task's ``data`` has ``query_id`` and
 ``doc_id``, and the grade is the exported value of the ``<Choices name="grade">`` (the digit ``0``-``3``;
-a value such as ``"2: gives useful background"`` is read by its leading integer). Annotators are named
-by their e-mail when the export has it, else ``user<id>``. Cancelled (skipped) annotations and
-annotations without a grade are counted and left out; when one annotator graded the same (query,
-document) more than once the annotation with the highest id (the latest) counts.
+a value such as ``"2: gives useful background"`` is read by its leading integer). A grade must be an
+integer in ``GRADE_MIN..GRADE_MAX`` (0..100): a grade is a judgment, and a negative one would mean
+"pooled but not judged" in qrels (docs/metrics.md), so it is refused, as is a grade above 100 (no
+grading scale has that many levels; the agreement coefficients allocate one row per grade level).
+The whole export is checked before anything is written.
+
+An annotator is a Label Studio user: ``completed_by`` is the user's id (``1``, ``"1"``) or a user
+object (``{"id": 1, "email": ...}``): the same id is the same annotator in either form. The
+annotator is named by the e-mail that any annotation of the export gives for that id, else
+``user<id>``; a user object with an e-mail but no id is named by the e-mail. Cancelled (skipped)
+annotations and annotations without a grade are counted and left out; when one annotator graded
+the same (query, document) more than once the annotation with the highest id (the latest) counts.
 
 Written by :func:`write_outputs` (the command's ``--out``; default: the export's folder / ``<export name>.judgments``):
 
@@ -45,6 +53,8 @@ from pipeline.io.formats import check_writable_id
 from pipeline.io.results import atomic_open
 
 RULES = ("median", "majority", "max")
+#: The grades pipeline.judgments accepts (the module docstring): 0 = not relevant.
+GRADE_MIN, GRADE_MAX = 0, 100
 
 
 @dataclass
@@ -64,11 +74,39 @@ class Judgments:
         return sorted({item for by in self.grades.values() for item in by})
 
 
-def _annotator(annotation: dict[str, Any]) -> str:
-    who = annotation.get("completed_by")
+def _user_key(who: Any) -> str | None:
+    """The user id of a ``completed_by`` (an id, its string, or a user object), as text:
+    ``1``, ``"1"`` and ``{"id": 1}`` are one user; None when it names no id."""
     if isinstance(who, dict):
-        return str(who.get("email") or f"user{who.get('id')}")
-    return "unknown" if who is None else f"user{who}"
+        who = who.get("id")
+    if isinstance(who, bool) or who is None:
+        return None
+    text = str(who).strip()
+    return str(int(text)) if re.fullmatch(r"[+-]?\d+", text) else (text or None)
+
+
+def user_emails(tasks: list[Any]) -> dict[str, str]:
+    """User id -> the first e-mail any annotation of the export gives for it (the module docstring)."""
+    emails: dict[str, str] = {}
+    for task in tasks:
+        annotations = task.get("annotations") if isinstance(task, dict) else None
+        for annotation in annotations if isinstance(annotations, list) else []:
+            who = annotation.get("completed_by") if isinstance(annotation, dict) else None
+            key = _user_key(who)
+            if key is not None and isinstance(who, dict) and isinstance(who.get("email"), str) and who["email"].strip():
+                emails.setdefault(key, who["email"].strip())
+    return emails
+
+
+def annotator_name(annotation: dict[str, Any], emails: dict[str, str]) -> str:
+    """The annotator's name: the e-mail known for its user id, else ``user<id>`` (the module docstring)."""
+    who = annotation.get("completed_by")
+    key = _user_key(who)
+    if key is not None:
+        return emails.get(key, f"user{key}")
+    if isinstance(who, dict) and isinstance(who.get("email"), str) and who["email"].strip():
+        return who["email"].strip()
+    return "unknown"
 
 
 def _load_tasks(path: Path) -> list[Any]:
@@ -111,10 +149,15 @@ def _annotation_grade(annotation: Any, where: str, choices: str, path: Path, rep
         return None
     if not isinstance(values[0], list) or len(values[0]) != 1:
         raise InputError(f"{where}: expected one choice in {choices!r}, found {values[0]!r}", path)
-    match = re.match(r"^(-?\d+)(?:\s*[:.)\-]|$)", str(values[0][0]).strip())  # "2" or "2: gives useful ..."
+    match = re.match(r"^([+-]?\d+)(?:\s*[:.)\-]|$)", str(values[0][0]).strip())  # "2" or "2: gives useful ..."
     if not match:
         raise InputError(f"{where}: grade {values[0][0]!r} is not an integer (expected 0-3 or '2: ...')", path)
-    return int(match.group(1))
+    grade = int(match.group(1))
+    if not GRADE_MIN <= grade <= GRADE_MAX:
+        label = f"annotation {annotation['id']}" if "id" in annotation else "an annotation"
+        raise InputError(f"{where}, {label}: grade {match.group(1)} is outside {GRADE_MIN}..{GRADE_MAX} (grades are "
+                         f"integers from {GRADE_MIN} = not relevant; a negative grade would mean 'not judged')", path)
+    return grade
 
 
 def read_export(path: str | Path, choices: str = "grade") -> Judgments:
@@ -124,6 +167,7 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
     grades: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}  # annotator -> item -> (order, grade)
     queries: dict[str, str] = {}
     report = dict.fromkeys(("tasks", "annotations", "cancelled", "without_grade", "regraded"), 0)
+    emails = user_emails(tasks)
     for i, task in enumerate(tasks):
         where = f"task {i + 1}" + (f" (id {task.get('id')})" if isinstance(task, dict) and "id" in task else "")
         if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
@@ -143,7 +187,7 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
             grade = _annotation_grade(annotation, where, choices, path, report)
             if grade is None:
                 continue
-            who = _annotator(annotation)
+            who = annotator_name(annotation, emails)
             order = annotation.get("id") if isinstance(annotation.get("id"), int) else report["annotations"]
             mine = grades.setdefault(who, {})
             if item in mine:
@@ -280,8 +324,7 @@ def _write_qrels(path: Path, grades: dict[tuple[str, str], int]) -> None:
 
 def write_outputs(out: Path, judgments: Judgments, rule: str, relevance_level: int) -> dict[str, Any]:
     """Write every output (the module docstring) into ``out``; returns agreement.json's
-    content plus ``n_disagreements``."""
-    out.mkdir(parents=True, exist_ok=True)
+    content plus ``n_disagreements``. Everything is computed before the first file is written."""
     files: dict[str, str] = {}
     used: set[str] = set()
     for who in judgments.annotators:
@@ -289,17 +332,18 @@ def write_outputs(out: Path, judgments: Judgments, rule: str, relevance_level: i
         while name in used:
             name += "_"
         used.add(name)
-        path = out / f"qrels.{name}.txt"
-        _write_qrels(path, judgments.grades[who])
-        files[who] = str(path)
+        files[who] = str(out / f"qrels.{name}.txt")
     agreed = consensus(judgments, rule)
-    _write_qrels(out / "qrels.consensus.txt", agreed)
     stats = agreement(judgments, relevance_level)
     stats.update({"rule": rule, "qrels": files, "consensus": str(out / "qrels.consensus.txt"),
                   "export": judgments.report})
+    rows = disagreements(judgments, agreed, relevance_level)
+    out.mkdir(parents=True, exist_ok=True)
+    for who, path in files.items():
+        _write_qrels(Path(path), judgments.grades[who])
+    _write_qrels(out / "qrels.consensus.txt", agreed)
     with atomic_open(out / "agreement.json") as fh:
         json.dump(stats, fh, indent=2, allow_nan=False)
-    rows = disagreements(judgments, agreed, relevance_level)
     columns = ["query_id", "doc_id", "spread", "crosses_relevance_level", "grades", "consensus", "query"]
     with atomic_open(out / "disagreements.tsv") as fh:
         fh.write("\t".join(columns) + "\n")

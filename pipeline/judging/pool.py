@@ -33,6 +33,7 @@ import numpy as np
 import xxhash
 from numpy.typing import NDArray
 
+from pipeline.errors import InputError
 from pipeline.io.collection import Collection
 from pipeline.io.formats import check_writable_id, read_qrels, read_run
 from pipeline.io.results import atomic_open
@@ -245,14 +246,17 @@ def judged_pairs(collection: Collection, qrels_files: Sequence[str]) -> tuple[ND
 
 def run_file_rankings(paths: Sequence[str | Path], collection: Collection, depth: int) -> list[NDArray[np.int64]]:
     """The doc_idx matrix of each TREC run file on the collection, as ``retriever=run_file`` orders it
-    (score descending, then corpus order); documents missing from the corpus are skipped and counted,
-    queries missing from the collection ignored. Ids are looked up once per distinct id, not once per line."""
+    (score descending, then corpus order), at most ``depth`` deep (capped at the corpus size: a run
+    cannot rank more distinct documents). Each run is checked against the collection
+    (:func:`check_run_overlap`): no overlap is an InputError, a partial one a warning line. Ids are
+    looked up once per distinct id, not once per line."""
     if not paths:
         return []
     import pandas as pd
 
     from retrievers.base import rows_to_ranking
 
+    depth = max(1, min(int(depth), collection.n_docs))
     doc_index = pd.Index(np.asarray(collection.doc_ids, dtype=object))
     query_index = pd.Index(np.asarray(collection.query_ids, dtype=object))
     rankings = []
@@ -260,13 +264,41 @@ def run_file_rankings(paths: Sequence[str | Path], collection: Collection, depth
         run = read_run(path)
         q = query_index.get_indexer(run.query_dict.to_numpy(zero_copy_only=False)).astype(np.int64)[run.query_codes]
         d = doc_index.get_indexer(run.doc_dict.to_numpy(zero_copy_only=False)).astype(np.int64)[run.doc_codes]
-        asked = q >= 0
-        unknown = int((asked & (d < 0)).sum())
-        if unknown:
-            log.warning("run %s: %d result lines name documents that are not in the corpus; skipped", path, unknown)
-        other = int((~asked).sum())
-        if other:
-            log.info("run %s: %d result lines are for queries outside the collection; ignored", path, other)
-        keep = asked & (d >= 0)
+        check_run_overlap(path, run, q, d, collection)
+        keep = (q >= 0) & (d >= 0)
         rankings.append(rows_to_ranking(q[keep], d[keep], run.scores[keep], len(query_index), depth, d[keep]).doc_idx)
     return rankings
+
+
+def _examples(values: Any) -> str:
+    """The first three distinct ids, quoted."""
+    import pandas as pd
+
+    return ", ".join(repr(str(v)) for v in pd.unique(np.asarray(values, dtype=object))[:3])
+
+
+def check_run_overlap(path: str | Path, run: Any, q: NDArray[np.int64], d: NDArray[np.int64],
+                      collection: Collection) -> None:
+    """How a run meets the collection: ``q`` and ``d`` are each result line's query and
+    document index in the collection (-1: not in it). None of the run's queries in the
+    collection, or none of the documents of those queries in the corpus, is an InputError
+    naming the counts and example ids (a run made for another query set or corpus); queries
+    or result lines outside it are one warning line with the counts."""
+    asked = q >= 0
+    n_run = len(run.query_dict)
+    if not asked.any():
+        raise InputError(f"none of the run's {n_run} queries is a query of the collection ({collection.n_queries} "
+                         f"queries; run: e.g. {_examples(run.query_ids)}; collection: e.g. "
+                         f"{_examples(collection.query_ids[:3])}): a run for another query set?", path)
+    unknown = asked & (d < 0)
+    n_lines, n_unknown = int(asked.sum()), int(unknown.sum())
+    if n_unknown == n_lines:
+        raise InputError(f"none of the documents of the run's {n_lines} result lines for the collection's queries is "
+                         f"in the corpus (run: e.g. {_examples(run.doc_ids[asked])}; corpus: e.g. "
+                         f"{_examples(collection.doc_ids[:3])}): a run for another corpus?", path)
+    n_in = len(np.unique(q[asked]))
+    if n_in < n_run or n_unknown:
+        log.warning("run %s: %d of its %d queries are not in the collection (ignored); %d of the %d result lines of "
+                    "the others name documents not in the corpus (skipped%s); its queries cover %d of the "
+                    "collection's %d", path, n_run - n_in, n_run, n_unknown, n_lines,
+                    f", e.g. {_examples(run.doc_ids[unknown])}" if n_unknown else "", n_in, collection.n_queries)

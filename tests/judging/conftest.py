@@ -17,13 +17,18 @@ def ls_export(grades: dict[str, dict[tuple[str, str], int]], user_ids: dict[str,
     shaped like Label Studio 1.23's: one task per item, ``completed_by`` an object with the
     e-mail for named annotators (an integer id for those in ``user_ids``)."""
     items = sorted({item for by in grades.values() for item in by})
+    # one user id per annotator (Label Studio's: the same id is the same user, pipeline.judgments
+    # counts it once); those in user_ids keep theirs
+    taken = set((user_ids or {}).values())
+    free = (i for i in range(101, 101 + len(grades) + len(taken) + 1) if i not in taken)
+    ids = {who: next(free) for who in sorted(grades) if not (user_ids and who in user_ids)}
     tasks, next_id = [], 1
     for t, (qid, did) in enumerate(items, start=1):
         annotations = []
         for who, by in sorted(grades.items()):
             if (qid, did) not in by:
                 continue
-            completed_by: Any = user_ids[who] if user_ids and who in user_ids else {"id": 100 + len(who), "email": who}
+            completed_by: Any = user_ids[who] if user_ids and who in user_ids else {"id": ids[who], "email": who}
             annotations.append({
                 "id": next_id, "completed_by": completed_by, "was_cancelled": False, "ground_truth": False,
                 "result": [{"id": f"r{next_id}", "from_name": "grade", "to_name": "document", "type": "choices",
