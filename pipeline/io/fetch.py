@@ -6,9 +6,13 @@ the table in BEIR's README) or one the caller gives. The download goes to
 ``DIR/.NAME.zip.part`` and continues where it stopped when the server honours HTTP ranges;
 the zip is unpacked into a temporary folder inside DIR and renamed to ``DIR/NAME`` only when
 complete, with a note (:data:`MARKER`: name, URL, MD5, every file and its size) that
-:func:`verified` checks on the next call. A zip entry that would land outside the folder is
-refused. Bad input is an ``InputError`` (exit status 2); a failed download is
-:class:`FetchFailed` (exit status 3).
+:func:`verified` checks on the next call. An archive (zip, or tar by its content) may hold only
+files and folders: links, devices, entries that would land outside the folder (absolute paths,
+``..``) and a file where a folder must be are refused, and so is an archive that unpacks to
+more than :func:`default_limit` (10 times its size, at most 20 GB; ``max_unpacked`` replaces
+it), on the sizes it declares before anything is written and on the bytes really read while
+writing. A refused archive leaves nothing behind. Bad input is an ``InputError`` (exit
+status 2); a failed download is :class:`FetchFailed` (exit status 3).
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from pipeline.errors import InputError
@@ -39,6 +45,10 @@ URL_ENV = "RAG_EVAL_BEIR_URL"
 MARKER = ".fetched.json"
 TIMEOUT_S = 30.0
 CHUNK = 1 << 20
+#: An archive may unpack to RATIO times its size, and never to more than MAX_UNPACKED bytes,
+#: unless ``--max-unpacked`` says otherwise (:func:`default_limit`).
+RATIO = 10
+MAX_UNPACKED = 20 * 10**9
 
 #: MD5 of each public BEIR zip, as published in the table of BEIR's README
 #: (github.com/beir-cellar/beir, "Available Datasets"). Sizes are BEIR's (corpus documents).
@@ -169,31 +179,160 @@ def download(url: str, part: Path, progress: bool, say: Callable[[str], None] = 
             bar.close()
 
 
-def unpack(archive: Path, name: str, into: Path) -> tuple[Path, Path]:
-    """Unzip ``archive`` into a new temporary folder in ``into``; returns (that folder, the
-    collection folder in it: the zip's single top folder, else the temporary folder itself).
-    Entries that would land outside are refused. The caller removes the temporary folder."""
+def default_limit(archive_bytes: int) -> int:
+    """The most an archive may unpack to unless the caller says otherwise: :data:`RATIO` times
+    its size, and never more than :data:`MAX_UNPACKED` (a bomb of zeros compresses 1000:1,
+    BEIR's JSONL about 3:1)."""
+    return min(RATIO * archive_bytes, MAX_UNPACKED)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One regular file or folder of an archive, checked: its path parts inside the folder."""
+
+    name: str
+    parts: tuple[str, ...]
+    is_dir: bool
+    size: int
+    handle: Any  # zipfile.ZipInfo or tarfile.TarInfo
+
+
+def _special(mode: int) -> str | None:
+    """What a file mode is when it is not a regular file or a folder (None when it is one)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return "a pipe or socket"
+    return None
+
+
+def _member(archive: Path, name: str, is_dir: bool, size: int, special: str | None, handle: Any) -> Member:
+    """A checked member; InputError for a link, a device, or a path that is absolute, climbs
+    out with ``..``, or is not portable (a backslash, a drive letter)."""
+    if special:
+        raise InputError(f"{archive}: entry {name!r} is {special}; archives may hold only files and folders")
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or "\\" in name:
+        raise InputError(f"{archive}: entry {name!r} would land outside the folder (an absolute or non-portable path)")
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise InputError(f"{archive}: entry {name!r} would land outside the folder (a '..' in its path)")
+    if not parts:
+        is_dir = True
+    return Member(name, parts, is_dir, size, handle)
+
+
+def members(archive: Path, opened: Any) -> list[Member]:
+    """Every member of an open zip or tar, checked (:func:`_member`), and checked together:
+    no path twice, no file where another member needs a folder."""
+    if isinstance(opened, zipfile.ZipFile):
+        found = []
+        for info in opened.infolist():
+            mode = info.external_attr >> 16 if info.create_system == 3 else 0  # 3: Unix, which stores st_mode
+            found.append(_member(archive, info.filename, info.is_dir(), info.file_size,
+                                 _special(mode) if mode and not info.is_dir() else None, info))
+    else:
+        found = [_member(archive, info.name, info.isdir(), info.size,
+                         None if info.isfile() or info.isdir() else _special(_tar_mode(info)) or "not a regular file",
+                         info) for info in opened.getmembers()]
+    files = {m.parts: m for m in found if not m.is_dir}
+    if len(files) != sum(not m.is_dir for m in found):
+        seen: set[tuple[str, ...]] = set()
+        dup = next(m for m in found if not m.is_dir and (m.parts in seen or seen.add(m.parts)))  # type: ignore[func-returns-value]
+        raise InputError(f"{archive}: entry {dup.name!r} appears twice")
+    for m in found:
+        for i in range(1, len(m.parts)):
+            if m.parts[:i] in files:
+                raise InputError(f"{archive}: entry {m.name!r} lies under {files[m.parts[:i]].name!r}, which is a file")
+    return found
+
+
+def _tar_mode(info: Any) -> int:
+    import tarfile
+
+    kinds = {tarfile.SYMTYPE: stat.S_IFLNK, tarfile.LNKTYPE: stat.S_IFLNK, tarfile.CHRTYPE: stat.S_IFCHR,
+             tarfile.BLKTYPE: stat.S_IFBLK, tarfile.FIFOTYPE: stat.S_IFIFO}
+    return kinds.get(info.type, 0)
+
+
+def _open_archive(archive: Path) -> Any:
+    """The archive opened as a zip or a tar (plain, gz, bz2, xz), whatever its name says."""
+    import tarfile
+
+    if zipfile.is_zipfile(archive):
+        try:
+            return zipfile.ZipFile(archive)
+        except zipfile.BadZipFile as err:
+            raise InputError(f"{archive}: not a zip file ({err})") from None
+    try:
+        return tarfile.open(archive)
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise InputError(f"{archive}: neither a zip nor a tar archive ({err})") from None
+
+
+def extract(archive: Path, opened: Any, found: list[Member], root: Path, limit: int) -> int:
+    """Write the members under ``root``, counting the bytes really read (a declared size can
+    lie); InputError once they pass ``limit``. Returns the bytes written."""
+    written = 0
+    for m in found:
+        path = root.joinpath(*m.parts)
+        if m.is_dir:
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = opened.open(m.handle) if isinstance(opened, zipfile.ZipFile) else opened.extractfile(m.handle)
+        with source, open(path, "xb") as out:
+            while block := source.read(CHUNK):
+                written += len(block)
+                if written > limit:
+                    raise InputError(f"{archive}: unpacks to more than {limit:,} bytes (stopped at {m.name!r}, "
+                                     "whatever its header declares); a zip bomb? --max-unpacked raises the limit")
+                out.write(block)
+    return written
+
+
+def unpack(archive: Path, name: str, into: Path, max_unpacked: int | None = None) -> tuple[Path, Path]:
+    """Unpack the zip or tar ``archive`` into a new temporary folder in ``into``; returns (that
+    folder, the collection folder in it: the archive's single top folder, else the temporary
+    folder itself). Refused (InputError, and nothing left behind): links, devices, paths that
+    are absolute or climb out, a file where a folder must be, and more than ``max_unpacked``
+    bytes (default :func:`default_limit`), checked on the declared sizes before anything is
+    written and on the bytes actually read while writing. The caller removes the temporary folder."""
+    limit = default_limit(archive.stat().st_size) if max_unpacked is None else int(max_unpacked)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.unpacking-", dir=into))
     try:
-        with zipfile.ZipFile(archive) as zf:
-            root = tmp.resolve()
-            for info in zf.infolist():
-                if info.filename.startswith(("/", "\\")) or not (tmp / info.filename).resolve().is_relative_to(root):
-                    raise InputError(f"{archive}: entry {info.filename!r} would land outside the folder")
-            zf.extractall(tmp)
+        with _open_archive(archive) as opened:
+            found = members(archive, opened)
+            declared = sum(m.size for m in found if not m.is_dir)
+            if declared > limit:
+                raise InputError(f"{archive}: unpacks to {declared:,} bytes, more than the limit of {limit:,} "
+                                 f"({archive.stat().st_size:,} bytes packed); a zip bomb? --max-unpacked raises it")
+            extract(archive, opened, found, tmp, limit)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, zipfile.BadZipFile):
-            raise InputError(f"{archive}: not a zip file ({err})") from None
+        if isinstance(err, zipfile.BadZipFile) or type(err).__module__ == "tarfile":
+            raise InputError(f"{archive}: a damaged archive ({err})") from None
+        if isinstance(err, OSError):
+            raise InputError(f"cannot unpack {archive} into {into}: {err.strerror or err}") from None
         raise
     entries = [p for p in tmp.iterdir() if p.name != "__MACOSX"]
     return tmp, entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
 
 
+def collection_folders(target: Path) -> list[Path]:
+    """The BEIR folders of a fetched collection: ``target`` itself when it is one, else its
+    sub-folders that are (e.g. cqadupstack's twelve forums)."""
+    if _is_beir(target):
+        return [target]
+    return sorted(p for p in target.iterdir() if p.is_dir() and _is_beir(p))
+
+
 def fetch(name: str, into: Path, base_url: str, md5: str | None = None, force: bool = False,
-          progress: bool = False, say: Callable[[str], None] = log.info) -> Path:
+          progress: bool = False, say: Callable[[str], None] = log.info, max_unpacked: int | None = None) -> Path:
     """Download, verify and unpack collection ``name`` into ``into/name``; returns that folder.
-    ``say`` gets what happens (already there, downloading, done), one line at a time."""
+    ``say`` gets what happens (already there, downloading, done), one line at a time;
+    ``max_unpacked`` replaces the archive's :func:`default_limit` (:func:`unpack`)."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
         raise InputError(f"{name!r} is not a collection name (letters, digits, '.', '_', '-')")
     expected = _expected_md5(name, md5)
@@ -216,10 +355,12 @@ def fetch(name: str, into: Path, base_url: str, md5: str | None = None, force: b
         part.unlink(missing_ok=True)
         raise FetchFailed(f"error: {url}: checksum mismatch (md5 {got}, expected {expected}); "
                           "the download was deleted and nothing was unpacked")
+    for stale in [*into.glob(f".{name}.unpacking-*"), *into.glob(f".{name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)  # left by a fetch that was killed half-way
     tmp: Path | None = None
     try:  # a verified zip is not kept: the note in the folder vouches for it from now on
-        tmp, folder = unpack(part, name, into)
-        if not _is_beir(folder) and not any(_is_beir(p) for p in folder.iterdir() if p.is_dir()):
+        tmp, folder = unpack(part, name, into, max_unpacked)
+        if not collection_folders(folder):
             raise InputError(f"{url} is not a BEIR collection (no corpus.jsonl, queries.jsonl and qrels/)")
         note = {"name": name, "url": url, "md5": expected,
                 "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": _listing(folder)}
