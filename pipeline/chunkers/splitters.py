@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 #: Chunk ranking depth when the config does not say (``chunker.depth``).
 DEFAULT_DEPTH = 1000
+#: TokenChunker tokenizes texts in pieces of about this many characters, and this many
+#: characters a batch (``encode_batch``): :meth:`TokenChunker.spans`.
+PIECE_CHARS = 1 << 16
+BATCH_CHARS = 1 << 20
 
 
 @lru_cache(maxsize=4)
@@ -117,6 +121,8 @@ class TokenChunker(Chunker):
     """``chunker=tokens``: word-aligned windows of ``size`` tokens, ``overlap`` shared."""
 
     name = "tokens"
+    piece_chars = PIECE_CHARS
+    batch_chars = BATCH_CHARS
 
     def __init__(self, size: int = 128, overlap: int = 0, tokenizer: Optional[str] = None, fold: str = "maxp",
                  depth: int = DEFAULT_DEPTH) -> None:
@@ -131,17 +137,123 @@ class TokenChunker(Chunker):
         return {**super().settings(), "size": self.size, "overlap": self.overlap}
 
     def spans(self, texts: list[str]) -> NDArray[np.int64]:
+        """The windows of every document. Texts are tokenized in pieces of about
+        :data:`PIECE_CHARS` characters cut after whitespace (:func:`text_pieces`), a batch of
+        about :data:`BATCH_CHARS` at a time, and each document's windows are made as its
+        tokens arrive (:class:`~pipeline.context.chunking.TokenWindows`): memory grows with
+        the chunks, not with a long document's tokens. A tokenizer that may join text across
+        whitespace (:func:`splits_at_whitespace`) gets each document whole, as one piece."""
+        tok = self.tokenizer
+        piece_chars = self.piece_chars if splits_at_whitespace(tok) else None
         rows: list[tuple[int, int, int, int]] = []
-        for d, enc in enumerate(self.tokenizer.encode_batch(texts, add_special_tokens=False)):
-            words = enc.word_ids
-            if not words:
+        current, windows = -1, chunking.TokenWindows(self.size, self.overlap)
+
+        def close(d: int) -> None:
+            found = windows.finish()
+            rows.extend((d, a, b, e - s) for s, e, a, b in found)
+            if not found:  # no token: one empty chunk
                 rows.append((d, 0, 0, 0))
-                continue
-            starts = [True] + [words[i] != words[i - 1] for i in range(1, len(words))]
-            offsets = enc.offsets
-            rows += [(d, offsets[s][0], offsets[e - 1][1], e - s)
-                     for s, e in chunking.token_windows(starts, self.size, self.overlap)]
+
+        for batch in _batches(texts, piece_chars, max(self.batch_chars, piece_chars or 0)):
+            encodings = tok.encode_batch([piece for _, _, piece in batch], add_special_tokens=False)
+            for (d, offset, _), enc in zip(batch, encodings):
+                if d != current:
+                    if current >= 0:
+                        close(current)
+                    current, windows = d, chunking.TokenWindows(self.size, self.overlap)
+                if not enc.ids:
+                    continue
+                words = enc.word_ids
+                try:
+                    w = np.array(words, dtype=np.int64)
+                except TypeError:  # None: a token outside any word; Nones in a row are one word
+                    w = np.array([-1 if x is None else x for x in words], dtype=np.int64)
+                starts = np.empty(len(w), bool)
+                starts[0] = True  # a piece begins after whitespace: a new word
+                starts[1:] = w[1:] != w[:-1]
+                offsets = np.array(enc.offsets, dtype=np.int64).reshape(-1, 2) + offset
+                rows.extend((d, a, b, e - s) for s, e, a, b in windows.feed(starts, offsets))
+        if current >= 0:
+            close(current)
         return np.asarray(rows, np.int64).reshape(-1, 4)
+
+# Normalizers that map characters one by one (or compose only with a non-space starter), and
+# pre-tokenizers that split at whitespace and never join across it: with them, tokenizing a
+# text in pieces cut after whitespace gives the tokens of the whole text.
+_LOCAL_NORMALIZERS = {"BertNormalizer", "Lowercase", "StripAccents", "NFD", "NFKD", "NFC", "NFKC"}
+_WHITESPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_LOCAL_PRE_TOKENIZERS = _WHITESPACE_SPLITTERS | {"Punctuation", "Digits"}
+_CUT_AFTER = (" ", "\n", "\t", "\r")  # whitespace to Python and to the tokenizers' Rust alike
+
+
+def _kinds(node: Any, key: str) -> list[str]:
+    if not isinstance(node, dict):
+        return []
+    if node.get("type") == "Sequence":
+        return [k for sub in node.get(key) or [] for k in _kinds(sub, key)]
+    return [str(node.get("type"))]
+
+
+def splits_at_whitespace(tokenizer: Any) -> bool:
+    """Whether tokenizing a text in pieces cut after whitespace gives the same tokens, words
+    and offsets as the whole text: a whitespace pre-tokenizer (BERT's, ``Whitespace``,
+    ``WhitespaceSplit``, with ``Punctuation`` or ``Digits``), character-wise normalizers only,
+    and no added token that holds whitespace or strips it. Checked once per tokenizer object."""
+    cached = getattr(tokenizer, "_rag_eval_splits_at_whitespace", None)
+    if cached is not None:
+        return cached
+    import json
+
+    spec = json.loads(tokenizer.to_str())
+    pre = _kinds(spec.get("pre_tokenizer"), "pretokenizers")
+    norm = _kinds(spec.get("normalizer"), "normalizers")
+    added = spec.get("added_tokens") or []
+    answer = (bool(set(pre) & _WHITESPACE_SPLITTERS) and set(pre) <= _LOCAL_PRE_TOKENIZERS
+              and set(norm) <= _LOCAL_NORMALIZERS
+              and not any(a.get("lstrip") or a.get("rstrip") or any(c.isspace() for c in str(a.get("content", "")))
+                          for a in added))
+    try:
+        tokenizer._rag_eval_splits_at_whitespace = answer
+    except AttributeError:  # a Rust object without a __dict__: check again next time
+        pass
+    return answer
+
+
+def text_pieces(text: str, length: int | None) -> list[tuple[int, str]]:
+    """``text`` as (character offset, piece) pieces of about ``length`` characters, each cut
+    right after a space, tab or line break (between ``length / 2`` and ``length``, else at the
+    first one after); a text without such a place is one piece. ``None``: the whole text."""
+    if length is None or len(text) <= length:
+        return [(0, text)]
+    out, start, n = [], 0, len(text)
+    while n - start > length:
+        stop = start + length
+        cut = max(text.rfind(c, start + length // 2, stop) for c in _CUT_AFTER)
+        if cut < 0:
+            found = [i for i in (text.find(c, stop) for c in _CUT_AFTER) if i >= 0]
+            if not found:
+                break
+            cut = min(found)
+        out.append((start, text[start:cut + 1]))
+        start = cut + 1
+    out.append((start, text[start:]))
+    return out
+
+
+def _batches(texts: Sequence[str], piece_chars: int | None, batch_chars: int):
+    """(document, character offset, piece) in text order, in batches of about ``batch_chars``
+    characters (one piece at least)."""
+    batch: list[tuple[int, int, str]] = []
+    size = 0
+    for d, text in enumerate(texts):
+        for offset, piece in text_pieces(text, piece_chars):
+            batch.append((d, offset, piece))
+            size += len(piece)
+            if size >= batch_chars:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
 
 
 class SentenceChunker(Chunker):

@@ -45,34 +45,77 @@ def token_windows(word_start: Sequence[bool] | NDArray[np.bool_], size: int, ove
     after ``e - overlap`` (so consecutive windows share at most ``overlap`` tokens, exactly
     ``overlap`` when a word starts there), and always after the previous start. A text of 0
     tokens has no window. Cutting only between words makes each window's text tokenize to
-    exactly its tokens again.
+    exactly its tokens again. The same windows as :class:`TokenWindows` fed the whole text.
     """
-    if size < 1:
-        raise ValueError(f"chunker size must be >= 1 token, got {size}")
-    if not 0 <= overlap < size:
-        raise ValueError(f"chunker overlap must be in 0..size-1 = 0..{size - 1}, got {overlap}")
-    starts = np.asarray(word_start, dtype=bool)
-    n = len(starts)
-    if n == 0:
-        return []
-    boundary = np.flatnonzero(starts)  # word starts, ascending
-    if len(boundary) == 0 or boundary[0] != 0:
-        boundary = np.concatenate([[0], boundary]).astype(np.int64)
-    windows: list[tuple[int, int]] = []
-    s = 0
-    while True:
-        limit = s + size
-        if limit >= n:
-            windows.append((s, n))
-            return windows
-        # the last word start in (s, limit]
-        j = int(np.searchsorted(boundary, limit, side="right")) - 1
-        e = int(boundary[j]) if boundary[j] > s else limit  # a word longer than size: cut inside it
-        windows.append((s, e))
-        target = max(e - overlap, s + 1)
-        j = int(np.searchsorted(boundary, target, side="left"))
-        nxt = int(boundary[j]) if j < len(boundary) else n
-        s = nxt if nxt <= e else target  # no word starts in [target, e]: inside a long word
+    windows = TokenWindows(size, overlap)
+    return [(s, e) for s, e, _, _ in windows.feed(word_start) + windows.finish()]
+
+
+class TokenWindows:
+    """:func:`token_windows` over a text fed in pieces of tokens, in order: each :meth:`feed`
+    returns the windows that the tokens so far decide, :meth:`finish` the rest. It keeps only
+    the tokens from the next window's start on (fewer than ``size`` + the last piece), so a
+    long document is windowed in memory that grows with its windows, not with its tokens.
+    Windows are ``(s, e, char_start, char_end)``: token indices in the whole text and, when
+    ``offsets`` are fed, the character span from token s's start to token e-1's end (else -1)."""
+
+    def __init__(self, size: int, overlap: int) -> None:
+        if size < 1:
+            raise ValueError(f"chunker size must be >= 1 token, got {size}")
+        if not 0 <= overlap < size:
+            raise ValueError(f"chunker overlap must be in 0..size-1 = 0..{size - 1}, got {overlap}")
+        self.size, self.overlap = size, overlap
+        self._start = np.zeros(0, bool)  # word_start of the tokens kept, from index self._base
+        self._offsets = np.zeros((0, 2), np.int64)
+        self._base = 0  # the next window's first token (the first token kept)
+        self._seen = 0  # tokens fed so far
+
+    def feed(self, word_start: Sequence[bool] | NDArray[np.bool_],
+             offsets: NDArray[np.integer] | None = None) -> list[tuple[int, int, int, int]]:
+        """Add the next tokens: whether each begins a word and (optionally) their character
+        offsets ``[n, 2]``; returns the windows now decided."""
+        starts = np.asarray(word_start, dtype=bool)
+        spans = np.full((len(starts), 2), -1, np.int64) if offsets is None else \
+            np.asarray(offsets, dtype=np.int64).reshape(len(starts), 2)
+        if self._seen == 0 and len(starts) and not starts[0]:
+            starts = starts.copy()
+            starts[0] = True  # token 0 always begins a word
+        self._start = np.concatenate([self._start, starts])
+        self._offsets = np.concatenate([self._offsets, spans])
+        self._seen += len(starts)
+        return self._windows(final=False)
+
+    def finish(self) -> list[tuple[int, int, int, int]]:
+        """The windows left once every token was fed."""
+        return self._windows(final=True)
+
+    def _windows(self, final: bool) -> list[tuple[int, int, int, int]]:
+        n, out = self._seen, []
+        if n == 0:
+            return out
+        boundary = np.flatnonzero(self._start) + self._base  # word starts from the next window's start, ascending
+        s = self._base
+        while s < n:
+            limit = s + self.size
+            if limit >= n:
+                if final:
+                    out.append(self._window(s, n))
+                    s = n
+                break  # not final: token ``limit`` has not arrived, the window is not decided yet
+            # the last word start in (s, limit]
+            j = int(np.searchsorted(boundary, limit, side="right")) - 1
+            e = int(boundary[j]) if j >= 0 and boundary[j] > s else limit  # a word longer than size: cut inside
+            out.append(self._window(s, e))
+            target = max(e - self.overlap, s + 1)
+            j = int(np.searchsorted(boundary, target, side="left"))
+            nxt = int(boundary[j]) if j < len(boundary) else n
+            s = nxt if nxt <= e else target  # no word starts in [target, e]: inside a long word
+        self._start, self._offsets = self._start[s - self._base:], self._offsets[s - self._base:]
+        self._base = s
+        return out
+
+    def _window(self, s: int, e: int) -> tuple[int, int, int, int]:
+        return s, e, int(self._offsets[s - self._base, 0]), int(self._offsets[e - 1 - self._base, 1])
 
 
 def chunk_ids(doc_ids: Sequence[str], doc_of_chunk: NDArray[np.integer]) -> list[str]:
