@@ -20,6 +20,10 @@ and every other family keeps its last value. The numbers are those a computation
 K would give, bit for bit, in memory and time independent of --k-max (a note on stderr says
 where computing stopped).
 
+Nothing from nothing: a run none of whose queries is judged in QRELS, or none of whose
+documents QRELS names, and QRELS without a document graded >= --relevance-level are errors
+(exit status 2); a run with results for only some judged queries gets one warning line.
+
 Incomplete judgments: judged_at_K (the share of the top K that the qrels grade, >= 0) and
 bpref (Buckley & Voorhees 2004, trec_eval's) are always reported; a note on stderr warns when
 the mean judged_at_10 is below 0.9 (the other numbers are then biased low: pool the run).
@@ -131,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("note: --judged-only: condensed lists (unjudged documents removed before scoring, trec_eval -J); "
               "not comparable with scores of the full rankings", file=sys.stderr)
     if warning := judged_warning(means):
+        print(warning, file=sys.stderr)
+    if warning := scored.overlap_warning():
         print(warning, file=sys.stderr)
     if scored.n_run_queries_unjudged:
         print(f"note: {scored.n_run_queries_unjudged} queries of the run have no judgments and were ignored",

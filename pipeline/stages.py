@@ -28,8 +28,9 @@ from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.io.formats import arrow_array, write_run
+from pipeline.io.scored import qrels_digest
 from pipeline.metrics import (CURVES, UNJUDGED, Evaluation, Qrels, condense, definition_card, evaluate, grade_matrix,
-                              ideal_matrix, parse_key, report_ks)
+                              ideal_matrix, parse_key, report_ks, unevaluable)
 from pipeline.report import drilldown
 from retrievers.base import Ranking, load_or_compute_ranking
 
@@ -138,16 +139,27 @@ def retrieve(settings: Settings, collection: Collection, depth: int) -> tuple[Ra
         retriever.index(collection.doc_ids, collection.doc_texts)
         return retriever.search(collection.query_ids, collection.query_texts, depth)
 
+    # A cache_key() of None: never cached (the user's own retriever without retriever.version).
     return load_or_compute_ranking(
-        settings.cache_dir, key, compute, reuse_deeper=getattr(retriever, "prefix_stable", False),
+        None if key["retriever"] is None else settings.cache_dir, key, compute,
+        reuse_deeper=getattr(retriever, "prefix_stable", False),
         n_queries=collection.n_queries, n_docs=collection.n_docs,
     )
+
+
+def check_evaluable(settings: Settings, collection: Collection) -> None:
+    """InputError when no query of the collection has a document graded >= relevance_level:
+    every mean would be 0 from no query (``pipeline.metrics.unevaluable`` says why)."""
+    if problem := unevaluable(collection.qrels, collection.n_queries, settings.relevance_level):
+        raise InputError(f"{collection.name} ({collection.source}): {problem}")
 
 
 def retrieve_documents(settings: Settings, collection: Collection, stage: chunkers.ChunkStage | None) -> Retrieved:
     """Retrieve at ``max(k, k_max)``, never deeper than the corpus (metrics still go to
     k_max: missing ranks are empty). A chunked run retrieves chunks and folds them into the
-    document ranking (``chunker.fold``)."""
+    document ranking (``chunker.fold``). A collection with no query to evaluate is refused
+    first (:func:`check_evaluable`), before any retrieval is paid for."""
+    check_evaluable(settings, collection)
     depth = min(max(settings.k, settings.k_max), collection.n_docs)
     if stage is None:
         ranking, hit = retrieve(settings, collection, depth)
@@ -292,6 +304,7 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
     ranking = retrieved.ranking
     res.write_json(results / "metrics.json", {
         "judged_only": settings.judged_only,  # condensed lists (trec_eval -J): not comparable with full rankings
+        "scoring": scoring_definition(settings, collection, ranking.doc_idx.shape[1]),
         "metrics": scores.metrics,
         "curves": {name: values.tolist() for name, values in scores.curves.items()},
         "collection": {"name": collection.name, "digest": collection.digest, "source": collection.source,
@@ -322,6 +335,21 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
         chunkers.write_chunk_results(results, stage, collection, chunk_idx, retrieved.placed_from.scores, contexts,
                                      title)
     return results
+
+
+def scoring_definition(settings: Settings, collection: Collection, depth: int) -> dict[str, Any]:
+    """What a score of this run means (``metrics.json`` ``scoring``): a comparison refuses
+    systems that differ in any of it (``pipeline.report.systems``). ``depth`` is the cut-off of
+    mrr, map and bpref; ``qrels_digest`` is None when a judged document is missing from the
+    corpus (its id is not kept), and the collection's digest covers the judgments anyway."""
+    qrels = collection.qrels
+    known = bool((qrels.doc_idx >= 0).all())
+    docs = collection.doc_ids
+    digest = qrels_digest((collection.query_ids[q] for q in qrels.query_idx.tolist()),
+                          (docs[d] for d in qrels.doc_idx.tolist()), qrels.grade.tolist()) if known else None
+    return {"gain": settings.gain, "relevance_level": settings.relevance_level, "judged_only": settings.judged_only,
+            "k_max": settings.k_max, "depth": int(depth), "qrels_digest": digest,
+            "collection_digest": collection.digest}
 
 
 def write_csv(table: dict[str, Any], path: Path) -> None:

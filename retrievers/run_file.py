@@ -13,9 +13,12 @@ tie rule ``tie_break`` (the names are ``pipeline.io.formats``'s, shared with the
 
 The rank column is ignored (trec_eval ignores it too). Ordering uses the file's scores at
 full (float64) precision; the Ranking stores them as float32. Nothing is dropped silently:
-documents that are not in the corpus are skipped, counted and logged (a warning); queries
-of the run that were not asked for are counted and logged; queries absent from the run
-get empty rows (all ``-1``). The counts of the last search are in ``report``.
+documents that are not in the corpus are skipped (they could only be unjudged); queries of
+the run that were not asked for are ignored; queries absent from the run get empty rows
+(all ``-1``, scoring 0). A partial overlap is one warning line with these counts; no
+overlap at all (none of the run's queries is asked for, or none of its documents for them
+is in the corpus: a run made for another query set or collection) is an ``InputError``
+naming the run file. The counts of the last search are in ``report``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.errors import InputError
 from pipeline.io.formats import TIE_BREAKS, RunFile, read_run, tie_break_rule
 from retrievers.base import Ranking, rows_to_ranking
 
@@ -95,14 +99,8 @@ class RunFileRetriever:
         unknown = asked & (d < 0)
         n_unknown = int(unknown.sum())
         n_other_queries = len(pd.unique(run.query_ids[~asked])) if (~asked).any() else 0
-        if n_unknown:
-            examples = ", ".join(map(repr, pd.unique(run.doc_ids[unknown])[:3]))
-            log.warning("run %s: %d result lines name documents that are not in the corpus (e.g. %s); skipped",
-                        self.path, n_unknown, examples)
-        if n_other_queries:
-            log.info("run %s: %d queries are not among the collection's queries; ignored", self.path, n_other_queries)
-
         keep = asked & (d >= 0)
+        self._check_overlap(run, asked, keep, list(queries[:3]), list(self._doc_index[:3]))
         q, d = q[keep], d[keep]
         if self.tie_break == "docid_desc":
             codes, _ = pd.factorize(run.doc_ids[keep], sort=True)  # code order = id string order
@@ -113,8 +111,29 @@ class RunFileRetriever:
             tie = None  # file_order: the rows' own order
         ranking = rows_to_ranking(q, d, run.scores[keep], n_q, depth, tie)
         n_empty = n_q - len(np.unique(q))
-        if n_empty:
-            log.info("run %s: %d of %d queries have no results in it", self.path, n_empty, n_q)
+        if n_unknown or n_empty:  # one line with every count
+            examples = ", ".join(map(repr, pd.unique(run.doc_ids[unknown])[:3]))
+            log.warning("run %s: results for %d of the %d evaluated queries (the other %d score 0); %d of its %d "
+                        "result lines for them name documents not in the corpus (skipped: unjudged%s); %d other "
+                        "queries in the run (ignored)", self.path, n_q - n_empty, n_q, n_empty, n_unknown,
+                        int(asked.sum()), f", e.g. {examples}" if examples else "", n_other_queries)
+        elif n_other_queries:
+            log.info("run %s: %d queries are not among the collection's queries; ignored", self.path, n_other_queries)
         self.report = {"run_unknown_docs": n_unknown, "run_other_queries": n_other_queries,
                        "run_queries_without_results": n_empty}
         return ranking
+
+    def _check_overlap(self, run: RunFile, asked: np.ndarray, keep: np.ndarray, queries: list[str],
+                       docs: list[str]) -> None:
+        """InputError when the run shares no query, or no document of those queries, with the
+        collection: it was made for another query set or collection, and would score 0."""
+        if not asked.any():
+            theirs = ", ".join(map(repr, pd.unique(run.query_ids)[:3]))
+            raise InputError(f"none of the run's {len(run.query_dict)} queries is among the collection's evaluated "
+                             f"queries (run: e.g. {theirs}; collection: e.g. {', '.join(map(repr, queries))}): a run "
+                             "for another query set?", self.path)
+        if not keep.any():
+            theirs = ", ".join(map(repr, pd.unique(run.doc_ids[asked])[:3]))
+            raise InputError(f"none of the documents of the run's {int(asked.sum())} result lines for the "
+                             f"collection's queries is in the corpus (run: e.g. {theirs}; corpus: e.g. "
+                             f"{', '.join(map(repr, docs))}): a run for another collection?", self.path)

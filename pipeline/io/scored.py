@@ -4,7 +4,10 @@
 scores run files with it, and the drill-down reads its :class:`Scored`.
 
 Query set: the judged queries of the qrels (like ``trec_eval -c``): a judged query missing
-from the run scores 0; run queries without judgments are ignored and counted.
+from the run scores 0 (counted: the caller warns); run queries without judgments are
+ignored and counted. Nothing is computed from nothing: a run none of whose queries is
+judged, or none of whose documents the qrels name (a run for another query set or
+collection), and qrels with no relevant document at ``relevance_level`` are InputErrors.
 
 Ordering within a query (the tie rules of ``pipeline.io.formats``): ``file_order`` keeps
 tied scores in the run file's order; ``docid_desc`` re-sorts them by document id
@@ -18,8 +21,9 @@ hits / K, every other family keeps its last value), whatever the K asked for.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +34,7 @@ from pipeline.errors import InputError
 from pipeline.io.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
                                  tie_break_rule, to_numpy)
 from pipeline.io.readers import require_file
-from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate
+from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate, unevaluable
 from retrievers.base import rows_to_ranking
 
 
@@ -46,6 +50,23 @@ class Scored:
     doc_idx: NDArray[np.int64] | None = None  # the ranking scored (row = query_ids), for the drill-down
     qrels: Qrels | None = None
     doc_vocab: Callable[[], pa.Array] | None = None  # the ids doc_idx and qrels index (made on demand)
+    n_judged_without_results: int = 0  # judged queries the run has no result for (scored 0)
+
+    def overlap_warning(self) -> str | None:
+        """One line with the counts when the run has results for only some judged queries."""
+        missing, n = self.n_judged_without_results, len(self.query_ids)
+        if not missing:
+            return None
+        return (f"warning: the run has results for {n - missing} of the {n} judged queries; the other {missing} "
+                "score 0 (as trec_eval -c)")
+
+    def qrels_digest(self) -> str | None:
+        """:func:`qrels_digest` of the judgments this run was scored against."""
+        if self.qrels is None or self.doc_vocab is None:
+            return None
+        docs = self.doc_vocab().to_pylist()
+        return qrels_digest((self.query_ids[q] for q in self.qrels.query_idx.tolist()),
+                            (docs[d] for d in self.qrels.doc_idx.tolist()), self.qrels.grade.tolist())
 
     def values(self, family: str, k: int) -> NDArray[np.float64]:
         """Per-query ``family`` at cut-off ``k``, 1 <= k <= k_max (beyond the computed depth: the module docstring)."""
@@ -129,12 +150,45 @@ def _index_in(values: pa.Array, value_set: pa.Array) -> NDArray[np.int64]:
     return to_numpy(pc.index_in(values, value_set=value_set), fill=-1).astype(np.int64)  # to_numpy: no pandas
 
 
+def qrels_digest(query_ids: Iterable[str], doc_ids: Iterable[str], grades: Iterable[int]) -> str:
+    """sha256 of judgments as a set of (query id, document id, grade) in sorted order: the same
+    judgments give the same digest whatever file, format or line order they came from (a
+    comparison checks with it that its systems were scored against the same qrels)."""
+    h = hashlib.sha256()
+    for q, d, g in sorted(set(zip(map(str, query_ids), map(str, doc_ids), map(int, grades)))):
+        h.update(b"%d:%s%d:%s%d;" % (len(q), q.encode("utf-8", "surrogatepass"), len(d),
+                                      d.encode("utf-8", "surrogatepass"), g))
+    return h.hexdigest()
+
+
+def check_overlap(run: RunFile, qrels_file: QrelsFile, n_unjudged: int, where: str) -> None:
+    """InputError when the run cannot be about these qrels: none of its queries is judged, or
+    none of its documents is named by the qrels (a run for another query set or collection)."""
+    n_run = len(run.query_dict)
+    if n_run and n_unjudged == n_run:
+        raise InputError(f"none of the run's {n_run} queries has judgments in the qrels (run: "
+                         f"{_examples(run.query_dict)}; qrels: {_examples(pc.unique(qrels_file.query))}): "
+                         "a run for another query set?", where)
+    if len(run.doc_dict) and not pc.any(pc.is_in(run.doc_dict, value_set=qrels_file.doc)).as_py():
+        raise InputError(f"none of the run's {len(run.doc_dict)} documents is judged in the qrels (run: "
+                         f"{_examples(run.doc_dict)}; qrels: {_examples(pc.unique(qrels_file.doc))}): "
+                         "a run for another collection?", where)
+
+
+def _examples(ids: pa.Array, n: int = 3) -> str:
+    return "e.g. " + ", ".join(repr(str(v)) for v in ids.slice(0, n).to_pylist())
+
+
 def score_files(qrels_path: str, run_path: str, k_max: int, gain: str = "exp", relevance_level: int = 1,
                 tie_break: str = "file_order", judged_only: bool = False) -> Scored:
-    """Read, rank and evaluate; InputError for bad files (see the module docstring for K)."""
+    """Read, rank and evaluate; InputError for bad files, for a run that does not overlap the
+    qrels and for qrels with no relevant document (see the module docstring)."""
     qrels_file = read_qrels(qrels_path)
     run = read_run(run_path)
     query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
+    check_overlap(run, qrels_file, unjudged, run_path)
+    if problem := unevaluable(qrels, len(query_ids), relevance_level):
+        raise InputError(problem, qrels_path)
     try:
         check_gain_overflow(qrels, len(query_ids), gain)  # type: ignore[arg-type]
     except ValueError as err:
@@ -146,7 +200,8 @@ def score_files(qrels_path: str, run_path: str, k_max: int, gain: str = "exp", r
                           relevance_level=relevance_level, judged_only=judged_only)
     qrels_docs, run_docs = qrels_file.doc, run.doc_dict  # not the whole files: the vocabulary is made on demand
     return Scored(query_ids, evaluation, unjudged, k_max, doc_idx, qrels,
-                  lambda: doc_vocab(qrels_docs, run_docs, tie_break))
+                  lambda: doc_vocab(qrels_docs, run_docs, tie_break),
+                  int((doc_idx[:, 0] < 0).sum()) if doc_idx.shape[1] else len(query_ids))
 
 
 def computed_depth(doc_idx: NDArray[np.int64], qrels: Qrels) -> int:

@@ -126,11 +126,27 @@ def judged_warning(means: dict[str, float]) -> str | None:
     documents count as not relevant, so a retriever whose top 10 is mostly unjudged (one that took
     no part in the pooling) scores too low on every metric but bpref and the ``judged_only`` ones."""
     value = means.get(f"judged_at_{JUDGED_WARN_K}")
-    if value is None or value >= JUDGED_WARN_BELOW:
-        return None
+    if value is None or value >= JUDGED_WARN_BELOW or means.get("n_queries") == 0:
+        return None  # a mean over no query is no share of anything (``unevaluable`` says why)
     return (f"warning: judged_at_{JUDGED_WARN_K} = {value:.4f} < {JUDGED_WARN_BELOW} ({value:.1%} of the top "
             f"{JUDGED_WARN_K} documents are judged): the numbers for this retriever are biased low; pool it "
             "(judge its unjudged top documents); bpref and judged_only=true score judged documents only")
+
+
+def unevaluable(qrels: Qrels, n_queries: int, relevance_level: int) -> str | None:
+    """Why no query can be evaluated, or None when one can. A query counts in the means when
+    it has a judged document graded >= ``relevance_level`` (R > 0); when none has, every mean
+    would be a 0 computed from nothing, so callers refuse the run with this message (how many
+    queries have judgments, the largest grade)."""
+    grade = np.asarray(qrels.grade, np.int64)
+    if (grade >= relevance_level).any():
+        return None
+    if not len(grade):
+        return f"no query can be evaluated: the qrels hold no judgment for any of the {n_queries} queries"
+    judged = len(np.unique(np.asarray(qrels.query_idx)))
+    return (f"no query can be evaluated: none of the {judged} queries with judgments has a document graded >= "
+            f"relevance_level {relevance_level} (the largest grade is {int(grade.max())}); every metric would be 0 "
+            "from no query (lower relevance_level, or check the qrels)")
 
 
 def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only: bool = False) -> str:

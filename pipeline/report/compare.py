@@ -30,8 +30,8 @@ from pipeline import stats, tracking
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.report import figures as plots
-from pipeline.report.systems import (DEFAULT_METRICS, DEFAULT_TRACKING_URI, System, check_metrics, is_factor,
-                                     load_systems)
+from pipeline.report.systems import (DEFAULT_METRICS, DEFAULT_TRACKING_URI, SCORING, System, check_metrics,
+                                     describe_differences, is_factor, load_systems, scoring_differences)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,9 @@ def _query_set(systems: Sequence[System], metric: str, missing: str) -> tuple[li
     A query one system lacks is an error naming that system's file, unless
     ``missing="zero"`` (trec_eval -c): then it is listed, to be scored 0."""
     union = sorted(set().union(*(s.scores[metric] for s in systems)))
+    if not union:  # nothing computed from nothing: no mean, no test
+        raise InputError("no evaluated query: no system has a query with a relevant document (per_query.csv "
+                         "'evaluated'); every mean would be 0 from no query", systems[0].source)
     zero_filled = {}
     for s in systems:
         absent = [q for q in union if q not in s.scores[metric]]
@@ -159,12 +162,16 @@ def _statistics(systems: Sequence[System], metrics: Sequence[str], baseline: str
 def build_report(systems: Sequence[System], metrics: Sequence[str] = DEFAULT_METRICS, *, baseline: str | None = None,
                  test: str = "fisher", correction: str = "holm", alpha: float = 0.05, n_resamples: int = 10_000,
                  n_permutations: int = 10_000, seed: int = 0, missing: str = "error", delta: float | None = None,
-                 main_effects: bool | None = None) -> Report:
+                 main_effects: bool | None = None, allow_mixed: bool = False) -> Report:
     """Compare ``systems`` (from ``load_systems``) on ``metrics``.
 
     The first system is the baseline unless ``baseline`` names one (its name, run id,
     command-line spec or folder). ``main_effects`` (default: when a sweep is compared)
-    adds the per-factor means. ValueErrors of ``stats`` become InputErrors."""
+    adds the per-factor means. Systems scored under different definitions (gain,
+    relevance_level, judged_only, qrels, collection, the depth of full-depth metrics:
+    ``systems.SCORING``) are an InputError naming the setting and the systems, unless
+    ``allow_mixed``: the report is then marked mixed (``data["mixed"]``, the console's and
+    report.md's first lines). ValueErrors of ``stats`` become InputErrors."""
     metrics = check_metrics(metrics)
     if len(systems) < 2:
         raise InputError(f"need at least two systems to compare, got {len(systems)}",
@@ -173,10 +180,14 @@ def build_report(systems: Sequence[System], metrics: Sequence[str] = DEFAULT_MET
         raise InputError(f"--test must be one of {', '.join(TESTS)}, got {test!r}")
     names = [s.name for s in systems]
     base = find_baseline(baseline, systems)
+    mixed, unknown = scoring_differences(systems, metrics)
+    if mixed and not allow_mixed:
+        raise InputError(f"not comparable: the systems were scored under different definitions: "
+                         f"{describe_differences(mixed)}; their differences would be the scoring's, not the systems' "
+                         "(compare systems scored alike, or pass --allow-mixed)")
+    for key, names_unknown in unknown.items():  # an older record: say so, do not refuse on that alone
+        log.warning("%s is not recorded for %s (an older record): not checked", SCORING[key], ", ".join(names_unknown))
     union, zero_filled = _query_set(systems, metrics[0], missing)
-    digests = {s.dataset for s in systems if s.dataset}
-    if len(digests) > 1:
-        log.warning("the systems ran on %d different collections (dataset digests differ)", len(digests))
     matrices, comparisons, tied = _statistics(systems, metrics, base, union, test=test, correction=correction,
                                               alpha=alpha, n_resamples=n_resamples, n_permutations=n_permutations,
                                               seed=seed, missing=missing, delta=delta)
@@ -204,6 +215,10 @@ def build_report(systems: Sequence[System], metrics: Sequence[str] = DEFAULT_MET
         "per_query": {"query_ids": union,
                       "scores": {m: {name: row.tolist() for name, row in zip(names, matrices[m])} for m in metrics}},
     }
+    if mixed:  # only then, so that a clean comparison's report keeps its keys
+        data["mixed"] = mixed
+    if unknown:
+        data["scoring_unknown"] = unknown
     return Report(data, names, union, matrices, list(systems))
 
 
@@ -293,12 +308,21 @@ def format_table(report: Report, digits: int = 3) -> str:
     sub = [head[0]] + [h.split(" ", 1)[1] for h in head[1:]]
     width = [max(len(r[j]) for r in [top, sub, *rows]) for j in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, width)).rstrip()  # noqa: E731
-    out = [line(top), line(sub), line(["-" * w for w in width]), *(line(r) for r in rows), "",
+    out = [*mixed_headline(report), line(top), line(sub), line(["-" * w for w in width]), *(line(r) for r in rows), "",
            _legend(report), _sensitivity_line(report, digits), _ties_line(report)]
     if report.data["zero_filled"]:
         out.append("scored 0 where missing: " + "; ".join(
             f"{k}: {len(v)} queries" for k, v in report.data["zero_filled"].items()))
     return "\n".join(out)
+
+
+def mixed_headline(report: Report) -> list[str]:
+    """The first line of a mixed comparison (``--allow-mixed``): what differs; none otherwise."""
+    mixed = report.data.get("mixed")
+    if not mixed:
+        return []
+    return [f"MIXED COMPARISON (--allow-mixed): the systems were scored under different definitions: "
+            f"{describe_differences(mixed)}; differences below include the scoring's, not only the systems'"]
 
 
 def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -311,8 +335,8 @@ def format_markdown(report: Report, figures: Sequence[str] = ()) -> str:
     """``report.md``: the table, then per metric every test's p-values, effect sizes and the
     sensitivity, the systems' sources and the figures."""
     d = report.data
-    lines = [f"# Comparison of {len(report.names)} systems", "",
-             f"Baseline: **{d['baseline']}**. Metrics: {', '.join(d['metrics'])}. "
+    lines = [f"# Comparison of {len(report.names)} systems", "", *(f"**{h}**" for h in mixed_headline(report)),
+             *([""] if d.get("mixed") else []), f"Baseline: **{d['baseline']}**. Metrics: {', '.join(d['metrics'])}. "
              f"{d['n_queries']} evaluated queries, aligned by query id.", ""]
     head, rows = _cells(report, markdown=True, digits=4)
     lines += _md_table(head, rows)
@@ -403,7 +427,7 @@ def report_for_folders(folders: Sequence[str | Path], metrics: Sequence[str] = D
                        baseline: str | None = None, out: str | Path | None = None, **options: Any) -> dict[str, Any]:
     """The comparison report (a JSON-ready dict) of job folders or sweep folders; written to
     ``out`` too when given. ``options`` go to ``build_report`` (test, correction, alpha,
-    n_resamples, n_permutations, seed, missing, delta, main_effects). For the sweep summary:
+    n_resamples, n_permutations, seed, missing, delta, main_effects, allow_mixed). For the sweep summary:
     ``report_for_folders([sweep_dir], baseline=None)`` compares every job of the sweep."""
     systems = load_systems([str(f) for f in folders], metrics)
     report = build_report(systems, metrics, baseline=baseline, **options)

@@ -18,8 +18,9 @@ from pipeline import tracking
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.report import figures as plots
+from pipeline.metrics import parse_key
 from pipeline.report.compare import report_for_folders
-from pipeline.report.systems import parse_overrides
+from pipeline.report.systems import SCORING, parse_overrides, read_scoring
 
 log = logging.getLogger(__name__)
 
@@ -68,29 +69,95 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     statistically tied with the best (randomization test, Holm-adjusted: ``pipeline.compare``),
     the swept factors' main effects (``summary/compare/``), and the best job, which the parent
     run also carries as tags (``best_run_name``, ``best_run_id``, ``best.<override>``) and
-    metrics (``best_<objective>`` and its CI)."""
+    metrics (``best_<objective>`` and its CI).
+
+    A sweep whose jobs were scored under different definitions (it varies gain,
+    relevance_level, judged_only or the dataset: ``systems.SCORING``) is compared per
+    scoring setting (``summary/compare/<setting>/``, a ``scoring`` column in the table) and
+    names no overall best: its scores do not compare across those settings."""
     sweep_dir = Path(sweep_dir)
     out = sweep_dir / res.SUMMARY
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(results, res.read_record(results)) for results in res.find_results([sweep_dir])]
-    report, note = _compare(sweep_dir, objective, out, len(jobs))
-    tied_folders = _tied_folders(report, objective)
-    table = _sweep_table([_job_row(results, record, settings, tied_folders) for results, record in jobs],
-                         jobs, objective)
+    groups = scoring_groups(jobs, objective)  # {} when every job was scored alike
+    if groups:
+        compared = [_compare([r.parent for r in members], objective, out / "compare" / _slug(label), len(members))
+                    for label, members in groups.items()]
+    else:
+        compared = [_compare([sweep_dir], objective, out / "compare", len(jobs))]
+    reports = [report for report, _ in compared if report is not None]
+    note = "; ".join(n for _, n in compared if n)
+    tied_folders = set().union(*(_tied_folders(report, objective) for report in reports))
+    label_of = {_resolved(r): label for label, members in groups.items() for r in members}
+    rows = [_job_row(results, record, settings, tied_folders) for results, record in jobs]
+    for row, (results, _) in zip(rows, jobs):
+        if groups:
+            row["scoring"] = label_of[_resolved(results)]
+    table = _sweep_table(rows, jobs, objective)
+    if not reports and "tied_with_best" in table.columns:  # no statistics ran: no job is tied or untied
+        table = table.drop(columns="tied_with_best")
     table.to_csv(out / "sweep_table.csv", index=False, float_format="%.6g")
     (out / "sweep_table.md").write_text(_markdown(table))
     if len(table):
         _draw(table, _curves(jobs), objective, out)
     info = res.read_sweep(sweep_dir)
-    shown = [c for c in ("run_name", "status", objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k",
+    shown = [c for c in ("run_name", "scoring", "status", objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k",
                          "context_utility_at_k", "mrr", "map") if c in table.columns]
     headline = table[list(dict.fromkeys(shown))] if len(table) else table  # the files hold every column
-    best = table.iloc[0] if len(table) and objective in table.columns else None
+    best = table.iloc[0] if len(table) and objective in table.columns and not groups else None
     text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, headline, best, objective)
+    per_scoring = _per_scoring_text(table, objective, groups) if groups else ""
+    text += per_scoring
     if note:
         text += f"\nnote: {note}"
     if settings is not None:
-        text += _log_to_parent(sweep_dir, info, settings, out, table, headline, best, objective, status)
+        text += _log_to_parent(sweep_dir, info, settings, out, table, headline, best, objective, status,
+                               per_scoring)
+    return text
+
+
+def scoring_groups(jobs: list[tuple[Path, dict[str, Any]]], objective: str) -> dict[str, list[Path]]:
+    """The sweep's jobs by scoring setting (``{"gain=exp": [results, ...]}``, labelled by the
+    :data:`~pipeline.report.systems.SCORING` settings that differ; depth only for a full-depth
+    objective), or {} when every job was scored under the same definition."""
+    scorings = [read_scoring(results / "metrics.json", record["params"], (record.get("dataset") or {}).get("digest"))
+                for results, record in jobs]
+    keys = [k for k in SCORING if (k != "depth" or parse_key(objective)[1] is None)
+            and len({sc[k] for sc in scorings if sc.get(k) is not None}) > 1]
+    groups: dict[str, list[Path]] = {}
+    for (results, record), sc in zip(jobs, scorings):
+        parts = []
+        for key in keys:
+            value = str(sc.get(key))[:8] if key.endswith("_digest") else sc.get(key)
+            if key == "collection_digest":
+                value = f"{(record.get('dataset') or {}).get('name', '')}:{value}"
+            parts.append(f"{key.removesuffix('_digest')}={value}")
+        groups.setdefault(" ".join(parts), []).append(results)
+    return groups if keys else {}
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "=._-" else "_" for c in label)[:120]
+
+
+def _per_scoring_text(table: Any, objective: str, groups: dict[str, list[Path]]) -> str:
+    """No overall best: the best job of each scoring setting, with its CI and the jobs tied with it."""
+    differ = sorted({part.split("=", 1)[0] for label in groups for part in label.split()})
+    text = (f"\nno overall best: the jobs were scored under different definitions ({', '.join(differ)}), so "
+            f"{objective} does not compare across them; the best per scoring setting (summary/compare/<setting>/):")
+    if "scoring" not in table.columns or objective not in table.columns:
+        return text
+    ci_cols = _ci_columns(objective)
+    for label in groups:
+        rows = table[table["scoring"] == label]
+        if not len(rows):
+            continue
+        top = rows.iloc[0]
+        ci = (f" [95% CI {top[ci_cols[0]]:.4f}, {top[ci_cols[1]]:.4f}]"
+              if all(c in table.columns for c in ci_cols) else "")
+        text += f"\n  {label}: {top['run_name']}: {objective} {top[objective]:.4f}{ci}"
+        if (n_tied := n_tied_with_best(rows)) is not None and len(rows) > 1:
+            text += f"; {n_tied} other job(s) statistically tied"
     return text
 
 
@@ -151,9 +218,10 @@ def _sweep_table(rows: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, An
               *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *budget, "time_total_s"]
     keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
     trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
-    table = table[["run_name", "run_id", "status", "overrides", *trial, *keys]]
-    if objective in table.columns:
-        table = table.sort_values(objective, ascending=False, kind="stable")
+    scoring = ["scoring"] if "scoring" in table.columns else []
+    table = table[["run_name", *scoring, "run_id", "status", "overrides", *trial, *keys]]
+    if objective in table.columns:  # best first (within each scoring setting, when they differ)
+        table = table.sort_values([*scoring, objective], ascending=[True] * len(scoring) + [False], kind="stable")
     return table
 
 
@@ -193,7 +261,7 @@ def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any
 
 
 def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.StoreSettings, out: Path, table: Any,
-                   headline: Any, best: Any, objective: str, status: str) -> str:
+                   headline: Any, best: Any, objective: str, status: str, per_scoring: str = "") -> str:
     """Log the summary to the sweep's parent run (made now if the sweep has none in this
     store), with the best job as tags and metrics, and close it; returns what to print."""
     name = info.get("run_name") or f"sweep {info.get('sweep_id', sweep_dir.name)}"
@@ -207,7 +275,8 @@ def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.Sto
                                      run_name=info.get("run_name"))
         parent, exp_id = found["parent_run_id"], found["experiment_id"]
     tags, metrics = _best_on_parent(best, objective, table)
-    description = sweep_description(name, info.get("experiment", ""), objective, table, best, status, headline)
+    description = sweep_description(name, info.get("experiment", ""), objective, table, best, status, headline,
+                                    per_scoring)
     tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics,
                           description=description)
     text = f"\nMLflow parent run {parent} ({name}, {status})"
@@ -217,12 +286,16 @@ def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.Sto
 
 
 def sweep_description(name: str, experiment: str, objective: str, table: Any, best: Any, status: str,
-                      shown: Any) -> str:
+                      shown: Any, per_scoring: str = "") -> str:
     """The parent run's description (``mlflow.note.content``, markdown): what was swept, the
-    best job with its objective and CI, how many jobs tie with it, the jobs' headline table,
-    and where the summary files are."""
+    best job with its objective and CI (or, ``per_scoring``, why there is none and the best
+    of each scoring setting), how many jobs tie with it, the jobs' headline table, and where
+    the summary files are."""
     lines = [f"**{name}**" + (f" on {experiment}" if experiment else "") + f": {len(table)} jobs, {status}; "
              "each job is a run nested under this one, with its own description and curves.", ""]
+    if per_scoring:
+        first, *groups = per_scoring.strip().splitlines()
+        lines += [first, "", *(f"- {line.strip()}" for line in groups), ""]
     if best is not None:
         ci_cols = _ci_columns(objective)
         ci = (f" (95% CI {best[ci_cols[0]]:.4f} to {best[ci_cols[1]]:.4f})"
@@ -247,12 +320,13 @@ def _resolved(path: Any) -> str:
     return str(Path(path).resolve()) if path else ""
 
 
-def _compare(sweep_dir: Path, objective: str, out: Path, n_jobs: int) -> tuple[dict[str, Any] | None, str]:
-    """The statistics of the sweep's jobs on the objective (``summary/compare/``), or why not."""
+def _compare(folders: list[Path], objective: str, out: Path, n_jobs: int) -> tuple[dict[str, Any] | None, str]:
+    """The statistics of the jobs (a sweep folder, or job folders) on the objective, written
+    to ``out``, or why not (none for a single job: nothing to compare it with)."""
     if n_jobs < 2:
         return None, ""
     try:
-        return report_for_folders([sweep_dir], metrics=[objective], out=out / "compare"), ""
+        return report_for_folders(folders, metrics=[objective], out=out), ""
     except InputError as err:
         log.warning("no statistics for the sweep: %s", err)
         return None, f"no statistics for the sweep: {err}"

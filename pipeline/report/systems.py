@@ -7,11 +7,18 @@ unique names. Only the evaluated queries count: in a ``per_query.csv``, the rows
 ``evaluated`` is true (in an older table, ``n_relevant`` > 0; else every row). Bad input is
 an ``InputError`` naming the file (or MLflow artifact) and line: a missing column, a
 duplicate query id, a value that is not a finite number.
+
+Each system also carries how it was scored (``System.scoring``, the keys of :data:`SCORING`):
+a job's ``metrics.json`` ``scoring`` (older folders: the record's params and dataset digest,
+the qrels digest unknown), a run file's own settings and qrels. :func:`scoring_differences`
+says which settings differ between systems, and which some systems do not record.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import logging
 import math
 import shlex
 import tempfile
@@ -28,11 +35,19 @@ from pipeline.io import results as res
 from pipeline.io.scored import score_files
 from pipeline.metrics import FAMILY, FULL_DEPTH, parse_key
 
+log = logging.getLogger(__name__)
+
 #: nDCG@10 (the project's objective, graded), recall@10 (did the evidence reach a 10-chunk
 #: context: what a RAG generator needs) and MRR (where the first relevant chunk is). Few on
 #: purpose: every metric adds (systems - 1) comparisons to the Holm family.
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_10", "mrr")
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
+#: What a score means, and how messages name it: systems that differ in any of these were not
+#: scored the same way. ``depth`` (a job's max(k, k_max) within the corpus, a run file's longest
+#: ranking) is the cut-off of mrr, map and bpref: it matters for those only.
+SCORING = {"gain": "gain", "relevance_level": "relevance_level", "judged_only": "judged_only",
+           "qrels_digest": "qrels (digest)", "collection_digest": "collection (digest)",
+           "depth": "depth (the cut-off of mrr, map, bpref)"}
 #: Override keys that never are factors of an experiment (where and whether things are written).
 NOT_FACTORS = ("paths", "tracking", "hydra", "cache_dir")
 
@@ -66,6 +81,7 @@ class System:
     sweep_parent_run: str | None = None  # the sweep's parent run in ``sweep_store``
     sweep_store: str | None = None
     dataset: str | None = None  # the collection's digest, when known
+    scoring: dict[str, str | None] = field(default_factory=dict)  # SCORING key -> value (None: not recorded)
 
     def describe(self) -> dict[str, Any]:
         """The system as the JSON report lists it (no scores: those are in ``per_query``)."""
@@ -189,6 +205,75 @@ def _scores(metric: str, ids: Sequence[str], values: Sequence[Any], keep: Sequen
     return scores
 
 
+def read_scoring(metrics_json: Path | None, params: Mapping[str, Any],
+                 dataset_digest: str | None = None) -> dict[str, str | None]:
+    """A job's :data:`SCORING` values: its ``metrics.json`` ``scoring`` block; for what an
+    older job did not write there, its params (gain, relevance_level, judged_only, depth =
+    max(k, k_max) within the corpus) and its dataset digest; None where nothing says."""
+    metrics: dict[str, Any] = {}
+    if metrics_json is not None:
+        try:
+            metrics = json.loads(Path(metrics_json).read_text())
+        except (OSError, ValueError):
+            metrics = {}
+    metrics = metrics if isinstance(metrics, dict) else {}
+    given = metrics.get("scoring") if isinstance(metrics.get("scoring"), dict) else {}
+    out = {key: _text(given.get(key, params.get(key))) for key in ("gain", "relevance_level", "judged_only")}
+    out["qrels_digest"] = _text(given.get("qrels_digest"))
+    out["collection_digest"] = _text(given.get("collection_digest") or dataset_digest)
+    depth = given.get("depth")
+    if depth is None:
+        try:
+            n_docs = (metrics.get("collection") or {}).get("n_docs")
+            depth = min(max(int(params["k"]), int(params["k_max"])), int(n_docs)) if n_docs is not None else None
+        except (KeyError, TypeError, ValueError):
+            depth = None
+    out["depth"] = _text(depth)
+    return out
+
+
+def _text(value: Any) -> str | None:
+    """A setting as compared: ``True`` and ``"False"`` as ``true`` and ``false``; None stays None."""
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) or str(value) in ("True", "False") else str(value)
+
+
+def scoring_differences(systems: Sequence[System], metrics: Sequence[str]
+                        ) -> tuple[dict[str, dict[str, list[str]]], dict[str, list[str]]]:
+    """(differences, unknown): for each :data:`SCORING` setting whose recorded values differ
+    between the systems, ``{value: [system names]}``; for each setting some systems do not
+    record while others do, those systems' names. ``depth`` counts only when a metric is a
+    full-depth one (mrr, map, bpref); a run file has no collection, so that one is not asked."""
+    full_depth = any(parse_key(m)[1] is None for m in metrics)
+    differences, unknown = {}, {}
+    for key in SCORING:
+        if key == "depth" and not full_depth:
+            continue
+        having = [s for s in systems if key in s.scoring]
+        values: dict[str, list[str]] = {}
+        for s in having:
+            if s.scoring[key] is not None:
+                values.setdefault(str(s.scoring[key]), []).append(s.name)
+        if len(values) > 1:
+            differences[key] = values
+        missing = [s.name for s in having if s.scoring[key] is None]
+        if missing and values:
+            unknown[key] = missing
+    return differences, unknown
+
+
+def describe_differences(differences: Mapping[str, Mapping[str, Sequence[str]]], most: int = 3) -> str:
+    """``gain differs (exp: A, B; linear: C)``, one clause per setting, digests shortened."""
+    def names(group: Sequence[str]) -> str:
+        return ", ".join(group[:most]) + (f" and {len(group) - most} more" if len(group) > most else "")
+
+    return "; ".join(
+        f"{SCORING[key]} differs (" + "; ".join(f"{v[:12] if key.endswith('digest') else v}: {names(g)}"
+                                                 for v, g in values.items()) + ")"
+        for key, values in differences.items())
+
+
 def _job_results(path: Path) -> Path | None:
     """The results folder when ``path`` is a job's folder or its results folder."""
     if (path / res.RECORD).is_file() or (path.name == res.RESULTS and (path / "per_query.csv").is_file()):
@@ -217,6 +302,7 @@ def load_system(folder: str | Path, metrics: Sequence[str] = DEFAULT_METRICS, *,
         tags={str(k): str(v) for k, v in record["tags"].items()},
         sweep=sweep.get("sweep_id"), dataset=(record.get("dataset") or {}).get("digest"),
     )
+    system.scoring = read_scoring(results / "metrics.json", system.params, system.dataset)
     marker = res.read_marker(results)
     if marker:
         system.run_id = marker["run_id"]
@@ -248,8 +334,12 @@ def _load_trec(path: Path, metrics: Sequence[str], qrels: str | None, gain: str,
     for metric, (family, k) in zip(metrics, parsed):
         values = ev.full[metric] if k is None else ev.values(family)[:, k - 1]
         scores[metric] = dict(zip(ids, np.asarray(values, np.float64)[keep].tolist()))
+    if warning := scored.overlap_warning():
+        log.warning("%s: %s", path, warning.removeprefix("warning: "))
+    scoring = {"gain": gain, "relevance_level": str(relevance_level), "judged_only": "false",
+               "qrels_digest": scored.qrels_digest(), "depth": str(scored.doc_idx.shape[1])}  # no collection
     return System(name=path.stem, kind="trec", spec=spec, source=str(path), scores=scores, run_name=path.stem,
-                  folder=str(path.parent))
+                  folder=str(path.parent), scoring=scoring)
 
 
 def _load_mlflow_runs(runs: Sequence[Mapping[str, Any]], metrics: Sequence[str], settings: Any, spec: str,
@@ -260,6 +350,11 @@ def _load_mlflow_runs(runs: Sequence[Mapping[str, Any]], metrics: Sequence[str],
         for run in runs:
             source = f"mlflow:{run['run_id']}"
             local = tracking.download_artifact(settings, run["run_id"], "per_query.csv", Path(tmp) / run["run_id"])
+            try:  # how it was scored; a run without the file: its params only
+                metrics_json: Path | None = tracking.download_artifact(settings, run["run_id"], "metrics.json",
+                                                                      Path(tmp) / run["run_id"])
+            except InputError:
+                metrics_json = None
             tags = run["tags"]
             systems.append(System(
                 name=run["run_name"], kind="mlflow", spec=spec, source=source,
@@ -269,6 +364,7 @@ def _load_mlflow_runs(runs: Sequence[Mapping[str, Any]], metrics: Sequence[str],
                 sweep=sweep or tags.get("sweep_id"),
                 sweep_parent_run=run.get("parent_run_id") if sweep else None,
                 sweep_store=str(settings.uri) if sweep else None,
+                scoring=read_scoring(metrics_json, run["params"]),
             ))
     return systems
 
