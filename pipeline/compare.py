@@ -4,7 +4,8 @@ The systems (``--help`` lists what a SYSTEM can be) and the statistics are
 ``pipeline.report``'s; see docs/comparing.md and docs/statistics.md. Writes the report to
 ``--out``, prints a table (or, with ``--json``, the report and nothing else) on standard
 output. Bad input: one line ``error: FILE[:LINE]: problem`` on standard error, exit status
-2; a failing MLflow store: exit status 3.
+2 (systems scored under different definitions too, unless ``--allow-mixed``); a failing
+MLflow store: exit status 3.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import logging
 import math
 import sys
 import time
+import types
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pipeline.errors import InputError, positive_int
 from pipeline.report import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
@@ -68,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a query one system lacks: an error (default) or a score of 0 (trec_eval -c)")
     parser.add_argument("--delta", type=_positive_float, default=None,
                         help="a difference you care about: its power and the queries it needs")
+    parser.add_argument("--allow-mixed", action="store_true", help="compare systems scored under different "
+                        "definitions (gain, relevance_level, judged_only, qrels, collection, depth) instead of "
+                        "refusing; the report and the table's first line say so")
     parser.add_argument("--gain", choices=("exp", "linear"), default="exp", help="nDCG gain for TREC run files (exp)")
     parser.add_argument("--relevance-level", type=positive_int, default=1, help="relevant grade for TREC run files (1)")
     parser.add_argument("--tracking-uri", default=None, help="the MLflow store for mlflow: systems and --log "
@@ -95,7 +100,7 @@ def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bo
                                experiment_filter=args.filter, gain=args.gain, relevance_level=args.relevance_level)
         report = build_report(systems, metrics, baseline=args.baseline, test=args.test, correction=args.correction,
                               alpha=args.alpha, n_resamples=args.n_resamples, n_permutations=args.n_permutations,
-                              seed=args.seed, missing=args.missing, delta=args.delta)
+                              seed=args.seed, missing=args.missing, delta=args.delta, allow_mixed=args.allow_mixed)
     except ValueError as err:  # a computing module's word for bad input
         raise InputError(str(err)) from err
     out = Path(args.out) if args.out else _default_out()
@@ -125,6 +130,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"MLflow: report logged to {where} {logged[0]} at {logged[1]}", file=info)
     return 0
 
+
+class _CommandModule(types.ModuleType):
+    """This module, callable as the Python API's :func:`pipeline.api.compare`.
+
+    ``pipeline.compare`` names both this command (``python -m pipeline.compare``) and the API
+    function (``pipeline.compare(systems)``); Python binds a package's submodule to the
+    package's attribute of the same name once it is imported, so one object serves both and
+    ``pipeline.compare(...)`` works whichever was imported first."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from pipeline.api import compare
+
+        return compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CommandModule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,268 @@
+"""The Python API (pipeline.api, docs/python-api.md) against its commands and pytrec_eval.
+
+- ``evaluate`` on paths, dicts and DataFrames equals ``python -m pipeline.score --json
+  --per-query`` (run once in a subprocess) on every mean and every per-query value, and
+  pytrec_eval (the oracle) on nDCG@10, P@5, recall@100 and MAP;
+- ``compare`` on two ``evaluate`` results equals ``python -m pipeline.compare --json`` on the
+  same run files; ``load_collection`` and ``run_job`` equal the files and the golden record.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pipeline
+from pipeline.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "pipeline" / "sample"
+QRELS = SAMPLE / "qrels" / "test.tsv"
+RUN = REPO / "tests" / "golden" / "inputs" / "sample_run.trec"
+GOLDEN = REPO / "tests" / "golden" / "expected"
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"},
+       "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
+TOL = 1e-12
+
+
+def _command(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def qrels_dict() -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    with open(QRELS, newline="") as fh:
+        for row in list(csv.reader(fh, delimiter="\t"))[1:]:
+            out.setdefault(row[0], {})[row[1]] = int(row[2])
+    return out
+
+
+def run_rows(path: Path = RUN) -> list[tuple[str, str, float]]:
+    return [(f[0], f[2], float(f[4])) for f in (line.split() for line in path.read_text().splitlines()) if f]
+
+
+def run_dict(rows: list[tuple[str, str, float]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for q, d, s in rows:  # insertion order = file order
+        out.setdefault(q, {})[d] = s
+    return out
+
+
+@pytest.fixture(scope="module")
+def cli() -> dict:
+    return _command("pipeline.score", str(QRELS), str(RUN), "--json", "--per-query")
+
+
+def _assert_equals_cli(result: pipeline.EvaluationResult, cli: dict) -> None:
+    expected = cli["all"]
+    assert set(result.means) == set(expected)
+    for key, value in expected.items():
+        assert math.isclose(result.means[key], value, rel_tol=TOL, abs_tol=TOL), key
+    assert sorted(result.per_query.index) == sorted(cli["per_query"])
+    for qid, row in cli["per_query"].items():
+        for key, value in row.items():
+            if key in result.per_query.columns:
+                assert math.isclose(float(result.per_query.at[qid, key]), float(value), rel_tol=TOL,
+                                    abs_tol=TOL), (qid, key)
+    numeric = [c for c in result.per_query.columns if c != "evaluated"]
+    assert set(numeric) <= set(next(iter(cli["per_query"].values())))
+
+
+def test_evaluate_on_paths_dicts_and_dataframes_equals_the_score_command(cli):
+    rows = run_rows()
+    run_frame = pd.DataFrame(rows, columns=["qid", "docno", "score"])
+    qrels_frame = pd.DataFrame([(q, d, g) for q, docs in qrels_dict().items() for d, g in docs.items()],
+                               columns=["qid", "docno", "label"])
+    for qrels, run in [(QRELS, RUN), (str(QRELS), str(RUN)), (qrels_dict(), run_dict(rows)),
+                       (qrels_frame, run_frame), (qrels_dict(), run_frame)]:
+        _assert_equals_cli(pipeline.evaluate(qrels, run), cli)
+    # the headline with its BCa CI: the interval pipeline.stats gives the same per-query values
+    from pipeline import stats
+
+    result = pipeline.evaluate(qrels_dict(), run_dict(rows))
+    x = result.values("ndcg_at_10").to_numpy()
+    low, high = stats.bootstrap_ci(x[None, :], method="BCa", n_resamples=10_000, seed=0)
+    row = result.summary().loc["ndcg_at_10"]
+    assert math.isclose(row["mean"], cli["all"]["ndcg_at_10"], abs_tol=TOL)
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low[0], abs=TOL), pytest.approx(high[0], abs=TOL))
+    assert low[0] < row["mean"] < high[0]
+
+
+def test_evaluate_equals_pytrec_eval_with_trec_eval_settings():
+    import pytrec_eval  # the oracle: a test dependency, missing it fails
+
+    qrels, run = qrels_dict(), run_dict(run_rows())
+    result = pipeline.evaluate(qrels, run, ["ndcg_at_10", "precision_at_5", "recall_at_100", "map"], gain="linear",
+                               tie_break="docid_desc")
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "P.5", "recall.100", "map"}).evaluate(run)
+    assert len(theirs) >= 50
+    for ours, name in [("ndcg_at_10", "ndcg_cut_10"), ("precision_at_5", "P_5"), ("recall_at_100", "recall_100"),
+                       ("map", "map")]:
+        values = result.values(ours)
+        for qid, measures in theirs.items():
+            assert abs(values[qid] - measures[name]) <= 1e-9, (ours, qid)
+
+
+def test_a_dicts_order_is_its_file_order_for_ties():
+    qrels = {"q1": {"a": 1}}
+    assert pipeline.evaluate(qrels, {"q1": {"a": 1.0, "b": 1.0}}, ["precision_at_1"]).means["precision_at_1"] == 1.0
+    assert pipeline.evaluate(qrels, {"q1": {"b": 1.0, "a": 1.0}}, ["precision_at_1"]).means["precision_at_1"] == 0.0
+    frame = pd.DataFrame({"qid": ["q1", "q1"], "docno": ["a", "b"], "score": [1.0, 1.0]})
+    trec = pipeline.evaluate(qrels, frame, ["precision_at_1"], tie_break="docid_desc")  # b > a first
+    assert trec.means["precision_at_1"] == 0.0
+
+
+def test_to_trec_writes_the_run_as_scored(tmp_path, cli):
+    result = pipeline.evaluate(qrels_dict(), run_dict(run_rows()))
+    path = result.to_trec(tmp_path / "run.trec", tag="handmade")
+    _assert_equals_cli(pipeline.evaluate(QRELS, path), cli)
+    assert sorted(path.read_text().splitlines()) == sorted(
+        " ".join((q, "Q0", d, r, f"{float(s):.9g}", "handmade"))
+        for q, _, d, r, s, _ in (line.split() for line in RUN.read_text().splitlines()))
+
+
+def _second_run(tmp_path: Path) -> Path:
+    """The sample run with each query's top 5 reversed: a different system on the same queries."""
+    rows = run_rows()
+    by_query: dict[str, list[tuple[str, float]]] = {}
+    for q, d, s in rows:
+        by_query.setdefault(q, []).append((d, s))
+    lines = []
+    for q, docs in by_query.items():
+        docs = docs[:5][::-1] + docs[5:]
+        lines += [f"{q} Q0 {d} {r} {100 - r} other" for r, (d, _) in enumerate(docs, start=1)]
+    path = tmp_path / "other.trec"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_compare_of_evaluate_results_equals_the_compare_command(tmp_path):
+    other = _second_run(tmp_path)
+    options = ["--n-resamples", "2000", "--n-permutations", "2000"]
+    expected = _command("pipeline.compare", str(RUN), str(other), "--qrels", str(QRELS), "--json", "--out",
+                        str(tmp_path / "cmp"), *options)
+    a = pipeline.evaluate(qrels_dict(), run_dict(run_rows()))
+    b = pipeline.evaluate(QRELS, other)
+    report = pipeline.compare({"sample_run": a, "other": b}, n_resamples=2000, n_permutations=2000)
+    data = report.data
+    for key in ("metrics", "baseline", "n_queries", "n_comparisons", "best", "tied_with_best", "comparisons",
+                "sensitivity", "per_query"):
+        assert _close(data[key], expected[key]), key
+    assert "sample_run (baseline)" in report.table() and report.to_markdown().startswith("# Comparison of 2")
+    # the same from the run files themselves
+    by_files = pipeline.compare([RUN, other], qrels=QRELS, n_resamples=2000, n_permutations=2000)
+    assert _close(by_files.data["comparisons"], expected["comparisons"])
+    with pytest.raises(InputError, match="gain differs"):  # scored differently: not comparable
+        pipeline.compare([a, pipeline.evaluate(QRELS, other, gain="linear")], n_resamples=200, n_permutations=200)
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def test_load_collection_sample_is_the_files():
+    collection = pipeline.load_collection("sample")
+    corpus = [json.loads(line)["_id"] for line in (SAMPLE / "corpus.jsonl").read_text().splitlines() if line]
+    judged = qrels_dict()
+    assert (collection.n_docs, collection.n_queries) == (len(corpus), len(judged)) == (171, 52)
+    assert collection.doc_ids == corpus
+    assert len(collection.qrels.grade) == sum(len(d) for d in judged.values())
+    with pytest.raises(InputError, match="path is required"):
+        pipeline.load_collection("beir")
+    with pytest.raises(InputError, match="no option 'pth'"):
+        pipeline.load_collection("sample", pth="x")
+
+
+def test_run_job_writes_the_clis_folder_with_the_golden_numbers(tmp_path):
+    handlers = list(logging.getLogger().handlers)
+    job = pipeline.run_job(["retriever=bm25", "tracking=none", f"hydra.run.dir={tmp_path / 'job'}",
+                            f"paths.root={tmp_path / 'out'}"])
+    assert logging.getLogger().handlers == handlers  # Hydra's job logging is put back
+    assert job.folder == (tmp_path / "job").resolve() and job.run_id is None
+    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "pipeline.log", "results/record.json"):
+        assert (job.folder / name).is_file(), name
+    golden = json.loads((GOLDEN / "numbers.json").read_text())["bm25"]["metrics.json"]
+    metrics = json.loads((job.results / "metrics.json").read_text())
+    for key, value in golden["metrics"].items():
+        assert math.isclose(metrics["metrics"][key], value, rel_tol=TOL, abs_tol=TOL), key
+    assert _close(metrics["curves"], golden["curves"])
+    assert (job.results / "per_query.csv").read_text() == (GOLDEN / "files" / "bm25" / "per_query.csv").read_text()
+    assert math.isclose(job.objective, golden["metrics"]["ndcg_at_10"], abs_tol=TOL)
+    assert job.per_query.loc["q01", "ndcg_at_10"] == pytest.approx(
+        float(next(r for r in csv.DictReader(open(job.results / "per_query.csv")) if r["query_id"] == "q01")
+              ["ndcg_at_10"]), abs=TOL)
+    with pytest.raises(InputError, match="k=abc"):
+        pipeline.run_job(["k=abc", "tracking=none"])
+
+
+@pytest.mark.parametrize("qrels, run, message", [
+    ({"q1": {"a": 1.5}}, {"q1": {"a": 1.0}}, "grade 1.5 of query 'q1', document 'a' is not an integer"),
+    ({"q1": {"a": "2"}}, {"q1": {"a": 1.0}}, "grade '2' of query 'q1', document 'a' is not an integer"),
+    ({"q1": {"a": 1}}, pd.DataFrame({"query": ["q1"], "docno": ["a"], "score": [1.0]}),
+     "run DataFrame: no 'qid' or 'query_id' column"),
+    ({"q1": {"a": 1}}, {"q1": {"a": float("nan")}}, "score nan of query 'q1', document 'a' is not a finite"),
+    ({"q1": {"a": 1}}, pd.DataFrame({"qid": ["q1", "q1"], "docno": ["a", "a"], "score": [1.0, 2.0]}),
+     "document 'a' is listed twice for query 'q1'"),
+    ({"q1": {"a": 1}}, [("q1", "a", 1.0)], "run must be a path"),
+    ({"q1": {"a": 0}}, {"q1": {"a": 1.0}}, "no query can be evaluated"),
+])
+def test_bad_input_is_one_input_error_naming_the_problem(qrels, run, message):
+    with pytest.raises(InputError) as err:
+        pipeline.evaluate(qrels, run)
+    assert message in str(err.value) and str(err.value).startswith("error: ")
+    assert "\n" not in str(err.value)
+
+
+def test_importing_pipeline_stays_light():
+    code = ("import sys, pipeline; assert 'pipeline.api' not in sys.modules and 'pandas' not in sys.modules; "
+            "pipeline.evaluate; assert 'pipeline.api' in sys.modules; print(sorted(pipeline.__all__))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "evaluate" in proc.stdout and np.isfinite(1.0)
+
+
+def test_pipeline_compare_is_the_command_and_the_function_whichever_is_imported_first():
+    # Python binds an imported submodule to the package's attribute of its name: the command
+    # module pipeline.compare must stay callable as the API function after it is imported.
+    code = ("import importlib, sys, pipeline; order = sys.argv[1]\n"
+            "first = importlib.import_module('pipeline.compare') if order == 'command' else pipeline.compare\n"
+            "from pipeline import compare\n"
+            "assert compare is pipeline.compare is sys.modules['pipeline.compare'] is first\n"
+            "assert callable(compare) and callable(compare.main)\n"
+            "print(compare.__call__.__doc__ is None)")
+    for order in ("command", "api"):
+        proc = subprocess.run([sys.executable, "-c", code, order], cwd=REPO, env=ENV, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_pipeline_compare_called_equals_the_api_function(tmp_path):
+    from pipeline.api import compare as api_compare
+
+    qrels = {"q1": {"d1": 2, "d2": 1}, "q2": {"d3": 1}}
+    a = pipeline.evaluate(qrels, {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d9": 1.0, "d3": 0.5}}, name="a")
+    b = pipeline.evaluate(qrels, {"q1": {"d2": 2.0, "d1": 1.0}, "q2": {"d3": 1.0}}, name="b")
+    via_module = pipeline.compare({"a": a, "b": b}, metrics=["mrr"], n_resamples=200, n_permutations=200)
+    direct = api_compare({"a": a, "b": b}, metrics=["mrr"], n_resamples=200, n_permutations=200)
+    assert via_module.data == direct.data
+    means = {row["name"]: row["mean"] for row in via_module.data["comparisons"][0]["systems"]}
+    assert means == {"a": pytest.approx(0.75), "b": pytest.approx(1.0)}  # a: ranks 1 and 2; b: ranks 1 and 1
