@@ -48,7 +48,14 @@ def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedPro
 
 
 #: Options whose run loads the neural encoder: in the full suite, not the quick subset.
-_ENCODER_OPTIONS = {("retriever", "dense"), ("retriever", "hybrid"), ("retriever", "hybrid_convex")}
+_ENCODER_OPTIONS = {("retriever", "dense"), ("retriever", "hybrid"), ("retriever", "hybrid_convex"),
+                    ("retriever", "langchain"), ("retriever", "llamaindex")}
+#: The user-code retrievers run functions of tests/retrievers/adapters_fixtures.py (on sys.path in the test).
+_ADAPTERS = {
+    "python": ["retriever.target=adapters_fixtures:sample_bm25"],
+    "langchain": ["retriever.factory=adapters_fixtures:langchain_minilm"],
+    "llamaindex": ["retriever.factory=adapters_fixtures:llamaindex_minilm"],
+}
 
 
 def _options() -> list:
@@ -79,6 +86,11 @@ def _overrides_for(group: str, option: str, tmp_path: Path) -> list[str] | None:
         run_path = tmp_path / "bm25.trec"
         run_path.write_text("".join(f"{q} Q0 {d} {r} {10 - r} ext\n" for q, d, r in _sample_run()))
         return [*base, "retriever=run_file", f"retriever.path={run_path}"]
+    if group == "retriever" and option in _ADAPTERS:
+        cache = [] if option == "python" else [f"+retriever.options.cache_dir={tmp_path / 'cache'}"]
+        return [*base, f"retriever={option}", *_ADAPTERS[option], *cache]
+    if group == "retriever" and option == "chroma":
+        return None  # needs a loaded collection: tests/retrievers/test_chroma.py
     if group == "tracking":
         return None if option != "none" else base  # local and server: test_mlflow_contract, test_server.py
     if group == "experiment":
@@ -98,6 +110,7 @@ def _sample_run():
 @pytest.mark.parametrize("group,option", _options())
 def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # outputs/ of runs without Hydra's job dir land here
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "retrievers"))  # adapters_fixtures (_ADAPTERS)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     overrides = _overrides_for(group, option, tmp_path)
     if overrides is None:

@@ -10,8 +10,12 @@ from hydra.utils import instantiate
 
 from retrievers.base import Retriever
 from retrievers.bm25 import BM25Retriever
+from retrievers.chroma import ChromaRetriever
 from retrievers.dense import DenseRetriever
 from retrievers.hybrid import HybridRetriever
+from retrievers.langchain import LangChainRetriever
+from retrievers.llamaindex import LlamaIndexRetriever
+from retrievers.python_function import PythonRetriever
 from retrievers.run_file import RunFileRetriever
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -22,6 +26,17 @@ EXPECTED = {
     "hybrid": HybridRetriever,
     "hybrid_convex": HybridRetriever,
     "run_file": RunFileRetriever,
+    "python": PythonRetriever,
+    "langchain": LangChainRetriever,
+    "llamaindex": LlamaIndexRetriever,
+    "chroma": ChromaRetriever,
+}
+#: The keys an option requires (``???``): constructing the adapters imports nothing of the user's.
+REQUIRED = {
+    "python": ["retriever.target=module:function"],
+    "langchain": ["retriever.factory=module:function"],
+    "llamaindex": ["retriever.factory=module:function"],
+    "chroma": ["retriever.collection=sample"],
 }
 
 
@@ -39,6 +54,9 @@ def test_option_instantiates(option, tmp_path):
     overrides = [f"+retriever={option}"]
     if option == "run_file":
         overrides.append(f"retriever.path={tmp_path / 'run.txt'}")
+    if option == "chroma":
+        overrides.append(f"retriever.path={tmp_path / 'chroma'}")
+    overrides += REQUIRED.get(option, [])
     retriever = instantiate(compose_retriever(*overrides).retriever)
     assert isinstance(retriever, EXPECTED[option]) and isinstance(retriever, Retriever)
 
