@@ -70,6 +70,11 @@ def test_the_app_help_lists_groups_options_launchers_sweepers_and_examples():
     assert sorted(listed("Launchers")) == sorted(launchers)
     assert sorted(listed("Sweepers")) == sorted(sweepers)
     assert "== Examples ==" in text and "python -m pipeline.fetch" in text and "k: 10" in text  # $CONFIG
+    # every command module (a pipeline/*.py with a main() besides the app's own modules) is listed
+    commands = sorted(p.stem for p in (REPO / "pipeline").glob("*.py")
+                      if "\ndef main(" in p.read_text() and p.stem not in ("__main__", "job"))
+    assert len(commands) >= 7, commands
+    assert sorted(listed("Other commands")) == commands
 
 
 def test_score_help_points_into_the_repository_and_explains_tie_break():
