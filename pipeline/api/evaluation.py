@@ -25,9 +25,9 @@ from numpy.typing import NDArray
 from pipeline import stats
 from pipeline.api.inputs import Source, is_path, read_qrels_source, read_run_source, where
 from pipeline.errors import InputError
-from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, tie_break_rule, write_run
-from pipeline.io.scored import Scored, check_overlap, computed_depth, doc_vocab, rank_run
-from pipeline.metrics import check_gain_overflow, evaluate as evaluate_ranking, judged_warning, parse_key, unevaluable
+from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, RunFile, tie_break_rule, write_run
+from pipeline.io.scored import Scored, score_parsed
+from pipeline.metrics import judged_warning, parse_key
 from pipeline.report.systems import DEFAULT_METRICS
 from retrievers.base import rows_to_ranking
 
@@ -38,30 +38,6 @@ log = logging.getLogger(__name__)
 
 #: ``python -m pipeline.score``'s default cut-offs.
 SCORE_KS = (1, 3, 5, 10, 20, 100)
-
-
-def score_parsed(qrels_file: QrelsFile, run: RunFile, k_max: int, gain: str, relevance_level: int, tie_break: str,
-           judged_only: bool, qrels_where: str, run_where: str) -> Scored:
-    """``pipeline.io.scored.score_files`` after its reading, step for step. Temporary: this
-    belongs in ``pipeline.io.scored`` (``score_files`` = read + this), so that one function
-    holds the steps; until then a change there must be made here too."""
-    query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
-    check_overlap(run, qrels_file, unjudged, run_where)
-    if problem := unevaluable(qrels, len(query_ids), relevance_level):
-        raise InputError(problem, qrels_where)
-    try:
-        check_gain_overflow(qrels, len(query_ids), gain)  # type: ignore[arg-type]
-    except ValueError as err:
-        raise InputError(str(err), qrels_where) from None
-    k_eval = min(k_max, computed_depth(doc_idx, qrels))
-    evaluation = evaluate_ranking(doc_idx, qrels, k_max=k_eval, gain=gain,  # type: ignore[arg-type]
-                                  relevance_level=relevance_level, judged_only=judged_only)
-    qrels_docs, run_docs = qrels_file.doc, run.doc_dict
-    return Scored(query_ids=query_ids, evaluation=evaluation, n_run_queries_unjudged=unjudged, k_max=k_max,
-                  doc_idx=doc_idx, qrels=qrels, doc_vocab=lambda: doc_vocab(qrels_docs, run_docs, tie_break),
-                  n_judged_without_results=int((doc_idx[:, 0] < 0).sum()) if doc_idx.shape[1] else len(query_ids))
-
-
 
 
 @dataclass
@@ -216,8 +192,8 @@ def evaluate(qrels: Source, run: Source, metrics: Sequence[str] | None = None, *
     qrels_file, run_file = read_qrels_source(qrels), read_run_source(run)
     qrels_where, run_where = where(qrels, "qrels"), where(run, "run")
     try:
-        scored = score_parsed(qrels_file, run_file, k_max, gain, relevance_level, tie_break, judged_only, qrels_where,
-                        run_where)
+        scored = score_parsed(qrels_file, run_file, k_max, gain, relevance_level, tie_break, judged_only,
+                              qrels_where=qrels_where, run_where=run_where)
     except ValueError as err:  # the computing code's word for a bad argument
         raise InputError(str(err)) from err
     means: dict[str, Any] = {**scored.means(ks), "judged_only": bool(judged_only)}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -33,7 +34,6 @@ from numpy.typing import NDArray
 from pipeline.errors import InputError
 from pipeline.io.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
                                  tie_break_rule, to_numpy)
-from pipeline.io.readers import require_file
 from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate, unevaluable
 from retrievers.base import rows_to_ranking
 
@@ -183,18 +183,27 @@ def score_files(qrels_path: str, run_path: str, k_max: int, gain: str = "exp", r
                 tie_break: str = "file_order", judged_only: bool = False) -> Scored:
     """Read, rank and evaluate; InputError for bad files, for a run that does not overlap the
     qrels and for qrels with no relevant document (see the module docstring)."""
-    qrels_file = read_qrels(qrels_path)
-    run = read_run(run_path)
+    return score_parsed(read_qrels(qrels_path), read_run(run_path), k_max, gain, relevance_level, tie_break,
+                        judged_only, qrels_where=qrels_path, run_where=run_path)
+
+
+def score_parsed(qrels_file: QrelsFile, run: RunFile, k_max: int, gain: str = "exp", relevance_level: int = 1,
+                 tie_break: str = "file_order", judged_only: bool = False, *, qrels_where: str,
+                 run_where: str) -> Scored:
+    """:func:`score_files` on qrels and a run already read (files, or the Python API's dicts
+    and DataFrames); ``qrels_where`` and ``run_where`` are what errors name (a path, or a
+    description such as ``run dict``)."""
     query_ids, doc_idx, qrels, unjudged = rank_run(run, qrels_file, tie_break)
-    check_overlap(run, qrels_file, unjudged, run_path)
+    check_overlap(run, qrels_file, unjudged, run_where)
     if problem := unevaluable(qrels, len(query_ids), relevance_level):
-        raise InputError(problem, qrels_path)
+        raise InputError(problem, qrels_where)
     try:
         check_gain_overflow(qrels, len(query_ids), gain)  # type: ignore[arg-type]
     except ValueError as err:
         top = int(np.maximum(qrels.grade, 0).max())
-        path = require_file(qrels_path, "qrels")
-        raise InputError(str(err), path, grade_line(path, min(top, EXP_GAIN_LIMIT))) from None
+        path = Path(qrels_where)
+        line = grade_line(path, min(top, EXP_GAIN_LIMIT)) if path.is_file() else None
+        raise InputError(str(err), qrels_where, line) from None
     k_eval = min(k_max, computed_depth(doc_idx, qrels))
     evaluation = evaluate(doc_idx, qrels, k_max=k_eval, gain=gain,  # type: ignore[arg-type]
                           relevance_level=relevance_level, judged_only=judged_only)

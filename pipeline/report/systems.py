@@ -332,7 +332,7 @@ def _load_trec(path: Path, metrics: Sequence[str], qrels: str | None, gain: str,
     ids = [q for q, k in zip(scored.query_ids, keep) if k]
     scores: dict[str, dict[str, float]] = {}
     for metric, (family, k) in zip(metrics, parsed):
-        values = ev.full[metric] if k is None else ev.values(family)[:, k - 1]
+        values = ev.full[metric] if k is None else scored.values(family, k)  # K past the run's depth too
         scores[metric] = dict(zip(ids, np.asarray(values, np.float64)[keep].tolist()))
     if warning := scored.overlap_warning():
         log.warning("%s: %s", path, warning.removeprefix("warning: "))

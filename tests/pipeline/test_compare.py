@@ -313,3 +313,23 @@ def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
     path.write_text("query,ndcg_at_10\nq1,0.5\n")
     with pytest.raises(InputError, match="no query_id column"):
         read_per_query(path, ["ndcg_at_10"])
+
+
+def test_run_files_compare_at_a_cut_off_past_their_depth_like_trec_eval(tmp_path, capsys):
+    import pytrec_eval
+
+    qrels = {"q1": {"d1": 1, "d2": 1, "d3": 1}, "q2": {"d4": 2}, "q3": {"d1": 1}}
+    runs = {"a": {"q1": {"d1": 3.0, "d9": 2.0}, "q2": {"d4": 1.0}, "q3": {"d8": 1.0}},
+            "b": {"q1": {"d2": 3.0, "d3": 2.0}, "q2": {"d5": 1.0}, "q3": {"d1": 1.0}}}
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    for name, run in runs.items():
+        (tmp_path / f"{name}.trec").write_text("".join(
+            f"{q} Q0 {d} {r} {s} {name}\n" for q, docs in run.items() for r, (d, s) in enumerate(docs.items(), 1)))
+    report = _json(capsys, str(tmp_path / "a.trec"), str(tmp_path / "b.trec"), "--qrels", str(tmp_path / "qrels.tsv"),
+                   "--metric", "precision_at_20", "--metric", "recall_at_20", *FAST, "--out", str(tmp_path / "r"))
+    for metric, measure in (("precision_at_20", "P_20"), ("recall_at_20", "recall_20")):
+        oracle = {name: pytrec_eval.RelevanceEvaluator(qrels, {measure}).evaluate(run) for name, run in runs.items()}
+        for row in _by_metric(report)[metric]["systems"]:
+            expected = np.mean([oracle[row["name"]][q][measure] for q in qrels])
+            assert row["mean"] == pytest.approx(expected, abs=1e-12), (metric, row["name"])
