@@ -154,12 +154,28 @@ def check_evaluable(settings: Settings, collection: Collection) -> None:
         raise InputError(f"{collection.name} ({collection.source}): {problem}")
 
 
+#: The deepest cut-off allowed past the corpus size (trec_eval's deepest default cut-off):
+#: metrics past the corpus only repeat, and every K costs a column per query.
+MAX_CUTOFF = 1000
+
+
+def check_cutoffs(settings: Settings, collection: Collection) -> None:
+    """InputError when ``k_max`` (and so ``k``) is past both the corpus size and
+    :data:`MAX_CUTOFF`: a cut-off of a billion would allocate a billion columns per query
+    before anything useful is computed."""
+    limit = max(collection.n_docs, MAX_CUTOFF)
+    if settings.k_max > limit:
+        raise InputError(f"k_max={settings.k_max} (k={settings.k}) is past the corpus ({collection.n_docs} "
+                         f"documents) and past {MAX_CUTOFF}: metrics there only repeat; use k_max <= {limit}")
+
+
 def retrieve_documents(settings: Settings, collection: Collection, stage: chunkers.ChunkStage | None) -> Retrieved:
     """Retrieve at ``max(k, k_max)``, never deeper than the corpus (metrics still go to
     k_max: missing ranks are empty). A chunked run retrieves chunks and folds them into the
     document ranking (``chunker.fold``). A collection with no query to evaluate is refused
     first (:func:`check_evaluable`), before any retrieval is paid for."""
     check_evaluable(settings, collection)
+    check_cutoffs(settings, collection)
     depth = min(max(settings.k, settings.k_max), collection.n_docs)
     if stage is None:
         ranking, hit = retrieve(settings, collection, depth)

@@ -209,3 +209,17 @@ def test_a_sweep_with_one_successful_job_claims_no_tie(tmp_path):
     sweep = next((tmp_path / "multirun").glob("*/*"))
     header = (sweep / "summary" / "sweep_table.csv").read_text().splitlines()[0]
     assert "tied_with_best" not in header  # no statistics ran: no job is marked tied or untied
+
+
+def test_a_cut_off_of_a_billion_is_refused_before_anything_is_allocated(tmp_path):
+    done = _job(tmp_path, "k=1000000000", "k_max=1000000000")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert _errors(done.stderr) == [
+        "error: k_max=1000000000 (k=1000000000) is past the corpus (171 documents) and past 1000: metrics there only "
+        "repeat; use k_max <= 1000"]
+    assert "MemoryError" not in done.stderr and "Traceback" not in done.stderr
+    ok = _job(tmp_path / "deep", "k=1000", "k_max=1000")  # trec_eval's deepest cut-off stays allowed
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    precision = json.loads((tmp_path / "deep" / "job" / "results" / "metrics.json").read_text())["curves"]["precision"]
+    assert len(precision) == 1000  # past the 171 documents no hit is added: hits/K falls as 1/K
+    assert precision[999] * 1000 == pytest.approx(precision[170] * 171, abs=1e-9)
