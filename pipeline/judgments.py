@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pipeline.errors import InputError
-from pipeline.judging.judgments import RULES, Judgments, read_export, write_outputs
+from pipeline.judging.judgments import RULES, Judgments, agreement_reading, read_export, write_outputs
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +45,7 @@ def print_stats(judgments: Judgments, stats: dict[str, Any], rule: str, relevanc
     for pair in stats["pairs"]:
         print(f"  Cohen's kappa (quadratic) {pair['annotators'][0]} vs {pair['annotators'][1]} on {pair['n_items']} "
               f"items: graded {_fmt(pair['kappa_quadratic'])}, binary {_fmt(pair['kappa_quadratic_binary'])}")
+    print(agreement_reading(stats))
     print(f"{stats['n_disagreements']} disagreements, worst first: {out / 'disagreements.tsv'}; "
           f"agreement: {out / 'agreement.json'}")
 

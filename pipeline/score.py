@@ -30,6 +30,12 @@ the mean judged_at_10 is below 0.9 (the other numbers are then biased low: pool 
 --judged-only scores condensed lists (unjudged documents removed first, trec_eval -J); the
 output then says "judged_only": true.
 
+Per query (--per-query): a narrow table at K = --top-k (default 10): ndcg_at_K, recall_at_K, mrr,
+the first relevant rank, R, judged_at_K and the query text (--queries FILE, or queries.jsonl
+beside --corpus), failures first (a failure: an evaluated query with no document graded >=
+--relevance-level in the top K), then the other queries by ndcg_at_K, lowest first; then each
+query's top K and the failures in full. --all-columns prints every metric at every --k instead.
+
 QRELS or RUN may be - (standard input) or a pipe (<(zcat run.gz)): it is read once.
 With gain=exp a grade >= 1024 (2^g - 1 overflows a 64-bit float) is an error naming the
 qrels line; use --gain linear for such scales. --json output is always valid JSON.
@@ -85,9 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="{" + ",".join(TIE_BREAKS_WITHOUT_CORPUS) + "}",
                         help="order of tied scores: file_order (default) or docid_desc (trec_eval's); see below")
     parser.add_argument("--per-query", action="store_true",
-                        help="also report every query, with the drill-down: first relevant rank, judged share and "
-                             "top documents (id, grade) per query, then the failing queries (none relevant in the "
-                             "top --top-k)")
+                        help="also report every query: a narrow table (nDCG, recall and MRR at --top-k, first "
+                             "relevant rank, R, judged share, query text) with the failing queries (none relevant "
+                             "in the top --top-k) first, then the drill-down: top documents (id, grade) per query "
+                             "and the failures")
+    parser.add_argument("--all-columns", action="store_true",
+                        help="with --per-query: the wide table instead (every metric at every --k, one column "
+                             "each, in query id order); implies --per-query; --json has every column anyway")
     parser.add_argument("--top-k", type=positive_int, default=10, metavar="N", help="documents shown per query by "
                         "--per-query, and the cut-off of its judged share and failures (default 10)")
     parser.add_argument("--corpus", metavar="CORPUS", help="corpus (BEIR corpus.jsonl[.gz] or TSV id[, title], "
@@ -114,7 +124,7 @@ def _format_table(means: dict[str, float], ks: Sequence[int], families: Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.per_query = args.per_query or args.corpus is not None or args.queries is not None
+    args.per_query = args.per_query or args.all_columns or args.corpus is not None or args.queries is not None
     ks: list[int] = args.k
     k_max = args.k_max if args.k_max is not None else max(ks)
     if problem := _bad_arguments(args, ks, k_max):
@@ -158,9 +168,10 @@ def _bad_arguments(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> s
 
 def _score(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> tuple[Scored, dict[str, float], str]:
     """Score the run; returns it, its means at ``ks`` and the text to print."""
-    try:
-        scored = score_files(args.qrels, args.run, k_max, args.gain, args.relevance_level, args.tie_break,
-                             judged_only=args.judged_only)
+    narrow = args.per_query and not (args.json or args.all_columns)
+    try:  # the narrow table is at --top-k, which may lie past the largest --k (same numbers at every K)
+        scored = score_files(args.qrels, args.run, max(k_max, args.top_k) if narrow else k_max, args.gain,
+                             args.relevance_level, args.tie_break, judged_only=args.judged_only)
     except ValueError as err:  # the computing code's word for a bad argument
         raise InputError(str(err)) from err
     ev = scored.evaluation
@@ -175,7 +186,68 @@ def _score(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> tuple[Sco
         table = pd.DataFrame(scored.per_query(ks))[["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks],
                                                     *ev.full, "n_relevant", "evaluated"]]
         drill = drilldown.of_scored(scored, args.top_k, args.relevance_level, args.corpus, args.queries)
+        if narrow:  # the narrow table's numbers, at the drill-down's cut-off
+            k = args.top_k
+            table = pd.DataFrame({"query_id": scored.query_ids, f"ndcg_at_{k}": scored.values("ndcg", k),
+                                  f"recall_at_{k}": scored.values("recall", k), "mrr": ev.full["mrr"],
+                                  "evaluated": ev.evaluated})
     return scored, means, _render(args, means, ks, ev, table, drill)
+
+
+#: The narrow per-query table fits a terminal this wide (the query text is cut to fit).
+NARROW_WIDTH = 120
+#: Query ids longer than this are cut in the narrow table (--all-columns and --json keep them whole).
+NARROW_ID_CHARS = 24
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _narrow_table(table, drill) -> str:
+    """The default ``--per-query`` table: a few lines saying what it shows and what a failure
+    is, then one row per query at the drill-down's K (ndcg, recall, mrr, first relevant rank,
+    R, judged share, query text), failures first (worst first, as ``failures.md``), then the
+    other evaluated queries by ndcg_at_K (lowest first, then query id), then the queries that
+    are not evaluated (R = 0: no document graded >= the relevance level; left out of the means)."""
+    k, level = drill.k, drill.relevance_level
+    ndcg, recall, mrr = (table[c].to_numpy() for c in (f"ndcg_at_{k}", f"recall_at_{k}", "mrr"))
+    evaluated = table["evaluated"].to_numpy(dtype=bool)
+    failures = drill.failures()
+    failing = set(failures)
+    rest = sorted((q for q in range(len(table)) if evaluated[q] and q not in failing), key=lambda q: (ndcg[q], q))
+    order = failures + rest + [q for q in range(len(table)) if not evaluated[q] and q not in failing]
+    first, n_rel, judged = drill.first_relevant, drill.n_relevant, drill.judged_at_k
+
+    def number(values, q: int) -> str:
+        return f"{values[q]:.4f}" if evaluated[q] else "-"
+
+    columns = [("query_id", [_cut(str(drill.query_ids[q]), NARROW_ID_CHARS) for q in order], "<"),
+               *((name, [number(v, q) for q in order], ">")
+                 for name, v in ((f"ndcg_at_{k}", ndcg), (f"recall_at_{k}", recall), ("mrr", mrr))),
+               ("first_rel", [str(int(first[q])) if first[q] else "-" for q in order], ">"),
+               ("R", [str(int(n_rel[q])) for q in order], ">"),
+               (f"judged_at_{k}", [f"{judged[q]:.4f}" for q in order], ">")]
+    widths = [max([len(name), *map(len, cells)]) for name, cells, _ in columns]
+    rows = [[f"{name:{align}{w}}" for (name, _, align), w in zip(columns, widths)]]
+    rows += [[f"{cells[i]:{align}{w}}" for (_, cells, align), w in zip(columns, widths)] for i in range(len(order))]
+    if drill.query_texts is not None:  # the rest of the width goes to the query text
+        room = max(NARROW_WIDTH - sum(widths) - 2 * len(widths), 12)
+        texts = [" ".join(str(drill.query_texts[q]).split()) for q in order]
+        rows = [row + [_cut(text, room)] for row, text in zip(rows, ["query", *texts])]
+    lines = ["  ".join(row).rstrip() for row in rows]
+    n_evaluated = int(evaluated.sum())
+    share = f" ({len(failures) / n_evaluated:.1%})" if n_evaluated else ""
+    head = [f"Per query at K = {k} (--top-k): failures first, worst first; then the other queries by ndcg_at_{k}, "
+            "lowest first",
+            f"failure: no document graded >= {level} in the top {k}: {len(failures)} of {n_evaluated} evaluated "
+            f"queries{share}",
+            "first_rel: rank of the first relevant document (- = none retrieved); R: judged relevant documents "
+            "(0: not evaluated)",
+            "every metric at every --k: --all-columns; every field: --json"
+            + ("" if drill.query_texts is not None else "; query texts: --queries FILE (JSONL or TSV id, text)"),
+            ""]
+    return "\n".join([*head, lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
 def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int], ev: Evaluation, table,
@@ -195,7 +267,9 @@ def _render(args: argparse.Namespace, means: dict[str, float], ks: Sequence[int]
             payload["failures"] = [drill.query_ids[q] for q in drill.failures()]
         return json.dumps(payload, allow_nan=False)
     text = ""
-    if table is not None:
+    if table is not None and drill is not None and not args.all_columns:
+        text = _narrow_table(table, drill) + "\n\n"
+    elif table is not None:
         import pandas as pd
 
         if drill is not None:  # the drill-down's numbers (no rank: empty) and a short query text

@@ -30,7 +30,8 @@ Written by :func:`write_outputs` (the command's ``--out``; default: the export's
   Krippendorff's alpha with the ordinal distance (``krippendorff.alpha``, items graded once carry no
   pairable value); each on the graded scale and binarized (grade >= ``--relevance-level`` -> 1, else 0).
   A coefficient whose chance disagreement is zero (e.g. both annotators always gave the same grade) is
-  undefined: ``null``;
+  undefined: ``null``. The command prints one line reading them on Krippendorff's (2004) scale for alpha
+  and Landis and Koch's (1977) for kappa (:func:`agreement_reading`, :data:`ALPHA_BANDS`, :data:`KAPPA_BANDS`);
 - ``disagreements.tsv``: every item whose grades differ, worst first: largest spread (max - min grade),
   then items on both sides of the relevance level, then by query and document id; with the grades of
   each annotator, the consensus and the question.
@@ -43,7 +44,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -290,6 +291,62 @@ def agreement(judgments: Judgments, relevance_level: int = 1) -> dict[str, Any]:
             "n_items_multiply_graded": int(np.sum(np.sum(~np.isnan(matrix), axis=0) >= 2)),
             "relevance_level": relevance_level, "alpha_ordinal": _finite(ordinal_alpha(matrix)),
             "alpha_ordinal_binary": _finite(ordinal_alpha(binary)), "pairs": pairs}
+
+
+#: Krippendorff (2004), Content Analysis, 2nd ed., p. 241: "rely only on variables with reliabilities
+#: above alpha = .800"; between .667 and .800 "only for drawing tentative conclusions". (lower bound, word)
+ALPHA_BANDS = ((0.800, "reliable"), (0.667, "tentative"), (-np.inf, "unreliable"))
+#: Landis and Koch (1977), Biometrics 33(1), p. 165: < 0 poor, 0-0.20 slight, 0.21-0.40 fair, 0.41-0.60
+#: moderate, 0.61-0.80 substantial, 0.81-1 almost perfect. (upper bound, word); a value between two
+#: printed bounds (0.205) goes to the band above.
+KAPPA_BANDS = ((0.0, "poor"), (0.20, "slight"), (0.40, "fair"), (0.60, "moderate"), (0.80, "substantial"),
+               (np.inf, "almost perfect"))
+ALPHA_SOURCE = "Krippendorff 2004: >= 0.800 reliable, >= 0.667 tentative conclusions only"
+KAPPA_SOURCE = ("Landis & Koch 1977: < 0 poor, then slight, fair, moderate, substantial, almost perfect up to "
+                "0.20, 0.40, 0.60, 0.80, 1")
+
+
+def alpha_band(alpha: float | None) -> str:
+    """Krippendorff's word for an alpha (:data:`ALPHA_BANDS`); ``undefined`` for None or NaN."""
+    if alpha is None or not np.isfinite(alpha):
+        return "undefined"
+    return next(word for bound, word in ALPHA_BANDS if alpha >= bound)
+
+
+def kappa_band(kappa: float | None) -> str:
+    """Landis and Koch's word for a kappa (:data:`KAPPA_BANDS`); ``undefined`` for None or NaN.
+    Their bands were drawn for unweighted kappa; quadratic weights usually give higher values."""
+    if kappa is None or not np.isfinite(kappa):
+        return "undefined"
+    if kappa < 0.0:
+        return "poor"
+    return next(word for bound, word in KAPPA_BANDS[1:] if kappa <= bound)
+
+
+def agreement_reading(stats: dict[str, Any]) -> str:
+    """One line saying what :func:`agreement`'s alpha and kappa (graded and binary) mean, with
+    the source of each scale; with several pairs of annotators, the range of kappa over them
+    (the lines above it name each pair)."""
+
+    def word(v: float | None, band: Callable[[float | None], str]) -> str:
+        return "undefined" if v is None else f"{v:.4f} {band(v)}"
+
+    alpha = (f"alpha graded {word(stats['alpha_ordinal'], alpha_band)}, "
+             f"binary {word(stats['alpha_ordinal_binary'], alpha_band)} ({ALPHA_SOURCE})")
+    pairs = [p for p in stats["pairs"] if p["n_items"]]
+    if not pairs:
+        return f"reading: {alpha}; kappa: no two annotators graded the same item"
+    kappas = []
+    for scale, key in (("graded", "kappa_quadratic"), ("binary", "kappa_quadratic_binary")):
+        values = sorted(p[key] for p in pairs if p[key] is not None)
+        if not values:
+            kappas.append(f"{scale} undefined")
+        elif len(pairs) == 1:
+            kappas.append(f"{scale} {word(values[0], kappa_band)}")
+        else:
+            kappas.append(f"{scale} {word(values[0], kappa_band)} to {word(values[-1], kappa_band)} "
+                          f"over {len(values)} pairs")
+    return f"reading: {alpha}; kappa {', '.join(kappas)} ({KAPPA_SOURCE})"
 
 
 def disagreements(judgments: Judgments, agreed: dict[tuple[str, str], int],

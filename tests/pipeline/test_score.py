@@ -252,3 +252,135 @@ def test_k_beyond_the_run_is_derived_bit_for_bit(tmp_path):
     for family in full.families():
         for k in ks:
             np.testing.assert_array_equal(scored.values(family, k), full.values(family)[:, k - 1])
+
+
+# --------------------------------------------------------------------------- --per-query: the narrow table
+
+SAMPLE = ROOT / "pipeline" / "sample"
+
+
+def _sample_run(path: Path, seed: int = 5) -> dict[str, dict[str, float]]:
+    """A run on the sample's queries: 15 random documents a query, plus (for most queries)
+    one relevant document at a random rank, so some queries find nothing in the top 10."""
+    qrels = _sample_qrels()
+    docs = [json.loads(line)["_id"] for line in (SAMPLE / "corpus.jsonl").read_text().splitlines()]
+    rng = np.random.default_rng(seed)
+    run: dict[str, dict[str, float]] = {}
+    lines = []
+    for q in sorted(qrels):
+        ranked = [docs[i] for i in rng.choice(len(docs), 15, replace=False)]
+        relevant = [d for d, g in qrels[q].items() if g >= 1 and d not in ranked]
+        if relevant and rng.random() < 0.8:
+            ranked.insert(int(rng.integers(0, 15)), relevant[int(rng.integers(0, len(relevant)))])
+        for rank, doc in enumerate(ranked, start=1):
+            run.setdefault(q, {})[doc] = float(100 - rank)
+            lines.append(f"{q} Q0 {doc} {rank} {100 - rank} t")
+    write(path, "\n".join(lines) + "\n")
+    return run
+
+
+def _sample_qrels() -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for line in (SAMPLE / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, g = line.split("\t")
+        out.setdefault(q, {})[d] = int(g)
+    return out
+
+
+def _narrow_rows(out: str) -> tuple[list[str], list[list[str]]]:
+    """The narrow table's lines before its header, and its rows split into 7 fields + the query text."""
+    lines = out.split("\n\n", 2)
+    head, body = lines[0].splitlines(), lines[1].splitlines()
+    assert body[0].split()[:7] == ["query_id", "ndcg_at_10", "recall_at_10", "mrr", "first_rel", "R", "judged_at_10"]
+    assert set(body[1]) == {"-"}
+    return head, [line.split(None, 7) for line in body[2:]]
+
+
+def test_per_query_narrow_table_failures_first_with_values_of_pytrec_eval(tmp_path, capsys):
+    import pytrec_eval  # the oracle: a test dependency, missing it fails
+
+    run = _sample_run(tmp_path / "run.txt")
+    qrels = _sample_qrels()
+    texts = {json.loads(line)["_id"]: json.loads(line)["text"]
+             for line in (SAMPLE / "queries.jsonl").read_text().splitlines()}
+    queries = write(tmp_path / "queries.tsv", "".join(f"{q}\t{t}\n" for q, t in texts.items()))  # TSV id, text
+    assert main([str(SAMPLE / "qrels" / "test.tsv"), str(tmp_path / "run.txt"), "--per-query", "--gain", "linear",
+                 "--queries", str(queries), "--k", "1,5"]) == 0  # K = 10 (--top-k) lies past the largest --k
+    out = capsys.readouterr().out
+    head, rows = _narrow_rows(out)
+    assert max(len(line) for line in out.split("\n\n", 2)[1].splitlines() + head) <= 120
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_10", "recip_rank", "num_rel", "P_10"}
+                                         ).evaluate(run)
+    first = {q: round(1 / v["recip_rank"]) if v["recip_rank"] else None for q, v in ref.items()}
+    failing = sorted((q for q, v in ref.items() if v["num_rel"] > 0 and v["P_10"] == 0),
+                     key=lambda q: (-ref[q]["num_rel"], -(first[q] or float("inf")), q))
+    assert 3 <= len(failing) < len(ref)  # the run has failures and successes
+    assert f"failure: no document graded >= 1 in the top 10: {len(failing)} of {len(ref)} evaluated" in head[1]
+    assert [row[0] for row in rows[:len(failing)]] == failing  # failures first, worst first
+    rest = [row[0] for row in rows[len(failing):]]
+    assert sorted(rest) == sorted(set(ref) - set(failing))
+    ndcg_rest = [ref[q]["ndcg_cut_10"] for q in rest]
+    assert all(a <= b + 1e-12 for a, b in zip(ndcg_rest, ndcg_rest[1:]))  # then the lowest nDCG first
+    for row in rows:
+        q, ndcg, recall, mrr, first_rel, r, judged = row[:7]
+        v = ref[q]
+        assert float(ndcg) == pytest.approx(v["ndcg_cut_10"], abs=5.1e-5)
+        assert float(recall) == pytest.approx(v["recall_10"], abs=5.1e-5)
+        assert float(mrr) == pytest.approx(v["recip_rank"], abs=5.1e-5)
+        assert first_rel == str(first[q] or "-") and int(r) == v["num_rel"]
+        top = sorted(run[q], key=lambda d: -run[q][d])[:10]
+        assert float(judged) == pytest.approx(sum(d in qrels[q] for d in top) / len(top), abs=5.1e-5)
+        text = " ".join(texts[q].split())
+        shown = row[7]
+        assert shown == text or (shown.endswith("…") and text.startswith(shown[:-1]) and len(shown) < len(text))
+
+
+def test_per_query_narrow_table_marks_unevaluated_queries_and_all_columns_is_the_wide_table(tmp_path, capsys):
+    qrels = write(tmp_path / "qrels.txt", QRELS)
+    run = write(tmp_path / "run.txt", RUN)
+    assert main([str(qrels), str(run), "--per-query", "--k", "1,4"]) == 0
+    head, rows = _narrow_rows(capsys.readouterr().out)
+    # q2: judged, no results -> a failure; q1: first relevant at 2; q3: R = 0, not evaluated, last
+    assert [row[:7] for row in rows] == [["q2", "0.0000", "0.0000", "0.0000", "-", "1", "0.0000"],
+                                         ["q1", "0.6399", "1.0000", "0.5000", "2", "2", "0.7500"],
+                                         ["q3", "-", "-", "-", "-", "0", "1.0000"]]
+    assert "1 of 2 evaluated queries" in head[1] and "query texts: --queries FILE" in head[3]
+    # nDCG@10 of q1 by hand: gain 2^g - 1, d1 (2) at rank 2, d3 (1) at rank 4; ideal 3 then 1
+    assert float(rows[1][1]) == pytest.approx((3 / np.log2(3) + 1 / np.log2(5)) / (3 + 1 / np.log2(3)), abs=5e-5)
+    assert main([str(qrels), str(run), "--all-columns", "--k", "1,4"]) == 0  # implies --per-query
+    wide = capsys.readouterr().out.splitlines()
+    assert wide[0].split()[:3] == ["query_id", "precision_at_1", "precision_at_4"] and "bpref" in wide[0]
+    assert main([str(qrels), str(run), "--per-query", "--json", "--k", "1,4"]) == 0
+    plain = capsys.readouterr().out
+    assert main([str(qrels), str(run), "--all-columns", "--json", "--k", "1,4"]) == 0
+    assert capsys.readouterr().out == plain  # --json is the same with either table
+
+
+def test_the_narrow_table_in_docs_scoring_is_what_the_command_prints(tmp_path, capsys):
+    """docs/scoring.md shows the table for the default job (BM25, k=10) on the sample."""
+    from hydra import compose, initialize_config_dir
+
+    from pipeline.job import run
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["tracking=none", f"paths.root={tmp_path}"])
+    with pytest.MonkeyPatch.context() as patch:  # the figures are not needed here
+        patch.setattr("pipeline.report.figures.save_run_figures", lambda *args, **kwargs: None)
+        run(cfg)
+    (trec,) = tmp_path.glob("runs/*/*/results/run.trec")
+    capsys.readouterr()
+    assert main([str(SAMPLE / "qrels" / "test.tsv"), str(trec), "--per-query", "--corpus",
+                 str(SAMPLE / "corpus.jsonl")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    page = (ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
+    block = page.split("`--per-query` opens with a narrow table", 1)[1].split("```\n", 2)[1].splitlines()
+    at, skip = 0, False
+    for line in block:  # the lines shown are the lines printed, from the first; "..." skips rows
+        if line == "...":
+            skip = True
+            continue
+        found = out.index(line, at) if skip and line in out[at:] else at
+        assert out[found] == line
+        at, skip = found + 1, False
+    table = "\n".join(out).split("\n\n")[:2]
+    assert len(table[1].splitlines()) == 2 + 52 and max(len(line) for line in "\n".join(table).splitlines()) <= 120
