@@ -107,7 +107,7 @@ class Settings:
     reorder: DictConfig
     attention: DictConfig
     chunker: DictConfig | None
-    config: DictConfig  # the whole composed config (written as config.yaml, logged as params)
+    config: DictConfig  # the whole composed config, credentials hidden (written as config.yaml, logged as params)
 
     @classmethod
     def of(cls, cfg: DictConfig) -> "Settings":
@@ -126,7 +126,7 @@ class Settings:
             experiment=track.get("experiment"), run_name=track.get("run_name"),
             log_per_query_table=bool(track.get("log_per_query_table", True)),
             dataset=cfg.dataset, retriever=cfg.retriever, reorder=cfg.reorder, attention=cfg.attention,
-            chunker=cfg.get("chunker"), config=cfg)
+            chunker=cfg.get("chunker"), config=redacted(cfg))
 
 
 def check(cfg: DictConfig) -> None:
@@ -245,6 +245,39 @@ def objective_k(objective: str, k_max: int) -> int | None:
 def gain_name(cfg: DictConfig) -> str:
     gain = cfg.gain
     return gain.value if isinstance(gain, Enum) else str(gain)
+
+
+def redacted(cfg: DictConfig) -> DictConfig:
+    """The config with every credential hidden (``tracking.uri=http://alice:PW@host`` reads
+    ``http://alice:***@host``; see ``tracking.redact``): a copy, resolved where a value
+    changed, or ``cfg`` itself when nothing did. The one place a config is made fit to be
+    written (config.yaml) or logged (params); the store settings are taken from ``cfg``
+    before, so the job still reaches its server."""
+    import copy
+
+    from omegaconf import open_dict, read_write
+
+    changed: list[tuple[list[Any], str]] = []
+
+    def walk(tree: Any, path: list[Any]) -> None:
+        items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+        for key, value in items:
+            if isinstance(value, str) and (hidden := tracking.redact(value)) != value:
+                changed.append(([*path, key], hidden))
+            else:
+                walk(value, [*path, key])
+
+    walk(resolved(cfg), [])
+    if not changed:
+        return cfg
+    out = copy.deepcopy(cfg)
+    with read_write(out), open_dict(out):
+        for path, hidden in changed:
+            node = out
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = hidden
+    return out
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:

@@ -14,8 +14,10 @@
   already said why in one line.
 - ``OutputDirCheck`` (a Hydra callback) makes the output folder before Hydra does: Hydra
   makes ``hydra.run.dir`` / ``hydra.sweep.dir`` inside its own error handling, so a folder that
-  cannot be created (a path under a file, a read-only mount) would end in its traceback and
-  exit 1; here it is one line naming the folder and the setting to change, and exit 2.
+  cannot be created or written (a path under a file, a read-only mount, a ``.hydra`` file)
+  would end in its traceback and exit 1; here it is one line naming the folder and the
+  setting to change, and exit 2. It also hides credentials in the config copies Hydra saves.
+- ``Redacting`` (a logging filter on the Hydra logging configs) hides credentials in log lines.
 - ``to_log_file`` writes a line (or a traceback) to the job's log file only, so that the
   log of a failed job holds its error while the console shows it once.
 
@@ -163,22 +165,106 @@ def to_log_file(message: str, exc: BaseException | None = None, name: str = "pip
             pass
 
 
-def make_output_dir(folder: str, setting: str) -> None:
-    """Create ``folder`` (and its parents); on failure print one line and exit 2."""
+def _unwritable(folder: Path, files: list[str], subdirs: list[str]) -> str | None:
+    """Why Hydra could not write its files in ``folder`` (a file in it it cannot create, a
+    folder where its log file goes, a file where its ``.hydra`` folder goes), or None."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    for name in files:
+        if (folder / name).is_dir():
+            return f"{folder / name} is a folder"
+    for name in subdirs:
+        if (folder / name).exists() and not (folder / name).is_dir():
+            return f"{folder / name} is not a folder"
+    return None
+
+
+def make_output_dir(folder: str, setting: str, files: list[str] = (), subdirs: list[str] = ()) -> None:
+    """Create ``folder`` (and its parents) and check that the ``files`` and ``subdirs`` Hydra
+    writes there can be made; on failure print one line and exit 2."""
+    verb = "create"
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
+        verb = "write in"
+        reason = _unwritable(Path(folder), list(files), list(subdirs))
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        print(f"error: cannot create the output folder {folder} ({setting}): {reason}; "
+    if reason is not None:
+        print(f"error: cannot {verb} the output folder {folder} ({setting}): {reason}; "
               "choose a writable paths.root=DIR (or set hydra.run.dir / hydra.sweep.dir)", file=sys.stderr)
         sys.exit(2)
 
 
+def _hydra_files(config: Any) -> tuple[list[str], list[str]]:
+    """The files (log files) and folders (``.hydra``) Hydra makes in a job's folder."""
+    from omegaconf import OmegaConf
+
+    files = []
+    handlers = OmegaConf.to_container(config.hydra.job_logging.get("handlers") or {}, resolve=False)
+    for handler in handlers.values() if isinstance(handlers, dict) else ():
+        name = str(handler.get("filename", "")) if isinstance(handler, dict) else ""
+        if name.startswith("${hydra.runtime.output_dir}/"):
+            files.append(name.split("/", 1)[1])
+    subdir = config.hydra.get("output_subdir")
+    return files, [] if subdir is None else [str(subdir)]
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite ``path`` (atomically) with every credential hidden, if it holds any."""
+    from pipeline.io import results as res
+    from pipeline.tracking.credentials import redact
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    if (hidden := redact(text)) != text:
+        res.write_text(path, hidden)
+
+
 class OutputDirCheck(Callback):  # type: ignore[misc]
-    """Hydra callback: make the run or sweep folder first, one line and exit 2 if it cannot be made."""
+    """Hydra callback for the folders Hydra writes: make the run or sweep folder first (one line
+    and exit 2 if it, or the files Hydra puts in it, cannot be made), and hide credentials
+    (``tracking.uri=http://alice:PW@host``) in the copies of the config Hydra saves there
+    (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``; a sweep's ``multirun.yaml``)
+    before the job runs: Hydra writes them before any job code, and the job keeps the
+    credentials in memory only."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
-        make_output_dir(str(config.hydra.run.dir), "hydra.run.dir")
+        make_output_dir(str(config.hydra.run.dir), "hydra.run.dir", *_hydra_files(config))
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        make_output_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir")
+        make_output_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir", ["multirun.yaml"])
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        subdir = config.hydra.get("output_subdir")
+        if subdir is not None:
+            for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+                redact_file(Path(str(config.hydra.runtime.output_dir)) / str(subdir) / name)
+        if str(config.hydra.mode) == "RunMode.MULTIRUN":  # the sweeper saved it after on_multirun_start
+            redact_file(Path(str(config.hydra.sweep.dir)) / "multirun.yaml")
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        redact_file(Path(str(config.hydra.sweep.dir)) / "multirun.yaml")
+
+
+class Redacting(logging.Filter):
+    """A logging filter that hides credentials in every record it passes (``tracking.redact``):
+    on the handlers of ``conf/hydra/job_logging`` and ``hydra_logging``, so neither the log
+    file nor the console shows a password (the launcher logs each job's overrides)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from pipeline.tracking.credentials import redact
+
+        try:
+            message = record.getMessage()
+        except Exception:  # a record that cannot be formatted is shown as it is
+            return True
+        if (hidden := redact(message)) != message:
+            record.msg, record.args = hidden, None
+        return True

@@ -68,7 +68,9 @@ def job_context(runs_dir: str | Path = "outputs/runs") -> JobContext:
         searched = []
         if sweep is not None and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
             searched = [str(key) for key in (hc.sweeper.get("params") or {})]
-        return JobContext(Path(hc.runtime.output_dir), list(hc.overrides.task), choices, sweep,
+        # Credentials hidden here, once: the overrides become tags, run names, FAILED notes.
+        overrides = [tracking.redact(o) for o in hc.overrides.task]
+        return JobContext(Path(hc.runtime.output_dir), overrides, choices, sweep,
                           None if num is None else int(num), searched)
     stamp = time.strftime("%Y-%m-%d/%H-%M-%S") + f"-{uuid.uuid4().hex[:6]}"
     return JobContext(Path(runs_dir) / stamp)

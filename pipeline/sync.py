@@ -1,79 +1,129 @@
 """``python -m pipeline.sync [FOLDER ...]``: log to MLflow every finished job that is not there yet.
 
 The disk is the queue. Each job writes its results folder, ``record.json`` last, before any
-MLflow call; logging a folder is idempotent (see ``pipeline.tracking.log_results``). Sync
-walks the folders (default: ``outputs``), logs each complete job that has no
-``mlflow_run.json`` marker for its store, and closes the parent run of each sweep that
-never wrote its summary (a sweep that was interrupted) as KILLED, with its finished jobs
-nested under it. Running it twice logs nothing twice.
+MLflow call; logging a folder is idempotent (see ``pipeline.tracking.log_folder``). Sync
+walks the folders (default: ``outputs``) and asks the store about each complete job: a
+marker (``mlflow_run.json``) counts only when its run is in the store, finished, with the
+record's job key; otherwise a finished run with that key is adopted, or the job is logged
+again and the marker rewritten. A sweep counts as closed only when its parent run is
+terminated in the store; any other (interrupted, or its store failed after the summary was
+written) gets its summary and its parent closed: KILLED when it never reached its end, else
+FINISHED (FAILED when a job failed). Running it twice logs nothing twice.
 
-``--tracking-uri`` logs to another store than the one each record names.
+``--tracking-uri`` logs to another store than the one each record names; only files inside
+the folders given are written (a copied sweep is synced in its copy), and the folder keeps
+its run in every store it reached. Exit status 2 when a record is unreadable or corrupt
+(one line naming the file and the key), 3 when a store failed; the other jobs are synced.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
+from pipeline.io import results as res
 
 log = logging.getLogger(__name__)
 
 
-def sync(folders: Sequence[Path], uri: str | None = None) -> tuple[int, int, list[str]]:
-    """Log every finished job under ``folders`` and close interrupted sweeps.
+@dataclass
+class Synced:
+    """What a sync did: jobs logged, adopted (found finished in the store) and already logged
+    (marker and store agree), sweeps closed, jobs skipped as untracked, and the errors."""
 
-    Returns (jobs logged or found logged, sweeps closed, errors)."""
-    from pipeline.report.summary import log_pending, summarize
+    logged: int = 0
+    adopted: int = 0
+    already: int = 0
+    closed: int = 0
+    untracked: int = 0
+    errors: list[str] = field(default_factory=list)
+    bad_input: bool = False
 
-    errors: list[str] = []
-    logged = 0
+    def line(self) -> str:
+        """``sync: 1 logged, 22 already logged, 0 closed``."""
+        parts = [f"{self.logged} logged"] + ([f"{self.adopted} adopted"] if self.adopted else [])
+        parts += [f"{self.already} already logged", f"{self.closed} closed"]
+        if self.untracked:
+            parts.append(f"{self.untracked} untracked (tracking=none: --tracking-uri names a store for them)")
+        return "sync: " + ", ".join(parts)
+
+    def fail(self, where: Path, err: Exception) -> None:
+        self.errors.append(f"{where}: {err}" if isinstance(err, tracking.TrackingError) else str(err))
+        self.bad_input = self.bad_input or isinstance(err, InputError)
+
+
+def sync(folders: Sequence[Path], uri: str | None = None, say: Any = print) -> Synced:
+    """Log every finished job under ``folders`` and close the sweeps whose parent run the
+    store does not hold as terminated; ``say`` gets a line per job logged and per sweep closed."""
+    done = Synced()
+    noted: set[str] = set()
     for results in res.find_results(list(folders)):
         try:
             record = res.read_record(results)
             if record["tracking"] is None and uri is None:
-                continue  # a job run with tracking=none: logged only when asked (--tracking-uri)
-            run_id = tracking.log_results(results, _store(record, uri))
+                done.untracked += 1  # a job run with tracking=none: logged only when asked (--tracking-uri)
+                continue
+            settings = _store(record, uri)
+            if settings.uri not in noted and (note := tracking.new_store_note(settings.uri)):
+                say(note)
+            noted.add(settings.uri)
+            run_id, how = tracking.log_folder(results, settings)
         except (tracking.TrackingError, InputError) as err:
-            errors.append(f"{results}: {err}")
+            done.fail(results, err)
             continue
-        logged += 1
-        failed = results.parent / res.FAILED
-        if failed.exists():  # the job had finished; only its logging had failed
-            failed.unlink()
-        print(f"{results.parent}: MLflow run {run_id}")
-    closed = 0
-    sweeps = sorted({p.parent for folder in folders for p in _sweep_files(Path(folder))})
-    for sweep_dir in sweeps:
-        if (sweep_dir / res.SUMMARY / "sweep_table.csv").exists():
-            continue  # the sweep ended and closed its parent itself
-        jobs = res.find_results([sweep_dir])
-        if not jobs:
-            continue
-        record = res.read_record(jobs[0])
-        if record["tracking"] is None and uri is None:
-            continue
-        settings = _store(record, uri)
-        objective = str(record["params"].get("objective", "ndcg_at_10"))
+        (results.parent / res.FAILED).unlink(missing_ok=True)  # the job had finished; only its logging had failed
+        if how == tracking.ALREADY:
+            done.already += 1
+        else:
+            done.adopted += how == tracking.ADOPTED
+            done.logged += how == tracking.LOGGED
+            say(f"{results.parent}: MLflow run {run_id} ({how})")
+    for sweep_dir in sorted({p.parent for folder in folders for p in _sweep_files(Path(folder))}):
         try:
-            log_pending(sweep_dir, settings, retry_failed=True)
-            print(summarize(sweep_dir, objective, settings, status="KILLED"))
-            closed += 1
+            if _close_sweep(sweep_dir, uri, say):
+                done.closed += 1
         except (tracking.TrackingError, InputError) as err:
-            errors.append(f"{sweep_dir}: {err}")
-    return logged, closed, errors
+            done.fail(sweep_dir, err)
+    return done
+
+
+def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
+    """Close the sweep's parent run unless the store holds it terminated; True when closed now."""
+    from pipeline.report.summary import log_pending, summarize
+
+    jobs = res.find_results([sweep_dir])
+    if not jobs:
+        return False
+    record = res.read_record(jobs[0])
+    if record["tracking"] is None and uri is None:
+        return False
+    settings = _store(record, uri)
+    known = res.sweep_parent_in(res.read_sweep(sweep_dir), settings.uri)
+    if known is not None and tracking.closed_run(settings, known["parent_run_id"]):
+        return False
+    if (sweep_dir / res.SUMMARY / "sweep_table.csv").exists():  # it reached its end; closing it failed
+        status = "FAILED" if any(sweep_dir.glob(f"*/{res.FAILED}")) else "FINISHED"
+    else:
+        status = "KILLED"
+    log_pending(sweep_dir, settings, retry_failed=True)
+    if status == "FINISHED" and any(sweep_dir.glob(f"*/{res.FAILED}")):
+        status = "FAILED"
+    say(summarize(sweep_dir, str(record["params"].get("objective", "ndcg_at_10")), settings, status=status))
+    return True
 
 
 def _store(record: dict[str, Any], uri: str | None) -> tracking.StoreSettings:
     """The store a record names, or ``uri`` (--tracking-uri) with the record's other settings."""
-    settings = tracking.StoreSettings.of(record["tracking"] or {"uri": uri})
-    return settings if uri is None else dataclasses.replace(settings, uri=uri)
+    if uri is None:
+        return tracking.StoreSettings.of(record["tracking"])
+    base = tracking.StoreSettings.of(record["tracking"]) if record["tracking"] else tracking.StoreSettings(uri=uri)
+    return base.to(uri)
 
 
 def _sweep_files(folder: Path) -> list[Path]:
@@ -85,11 +135,13 @@ def _sweep_files(folder: Path) -> list[Path]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.sync",
-        description="Log to MLflow every finished job (results/record.json) that is not in its store yet, "
-                    "and close the parent runs of interrupted sweeps as KILLED. Safe to run any number of times.",
+        description="Log to MLflow every finished job (results/record.json) that is not in its store (the store "
+                    "is asked, not the marker), and close the parent runs of sweeps that the store does not hold "
+                    "as closed. Safe to run any number of times.",
     )
     parser.add_argument("folders", nargs="*", type=Path, help="job, sweep or outputs folders (default: outputs)")
-    parser.add_argument("--tracking-uri", help="log to this store instead of the one each job recorded")
+    parser.add_argument("--tracking-uri", help="log to this store instead of the one each job recorded; the "
+                                               "folders keep their runs in the other stores")
     return parser
 
 
@@ -101,11 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not folder.exists():
             print(f"error: {folder}: no such folder", file=sys.stderr)
             return 2
-    logged, closed, errors = sync(folders, args.tracking_uri)
-    print(f"synced {logged} job(s), closed {closed} interrupted sweep(s)")
-    for error in errors:
-        print(error, file=sys.stderr)
-    return 3 if errors else 0
+    done = sync(folders, args.tracking_uri)
+    print(done.line())
+    for error in done.errors:
+        print(tracking.redact(error), file=sys.stderr)
+    return 2 if done.bad_input else 3 if done.errors else 0
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ config.yaml            the resolved config                                      
 definition_card.md     the metric definitions of this run                          the job
 plots/*.png            K-sweep and precision-recall figures                        job or tracker
 record.json            what tracking logs (written last: the folder is complete)   the job
-mlflow_run.json        the MLflow run the folder was logged as (uri, run id)       the tracker
+mlflow_run.json        the MLflow run the folder was logged as (uri, run id; and   the tracker
+                       under ``stores`` its run in every store it reached)
 =====================  ==========================================================  ==============
 
 A job that failed leaves ``<job folder>/FAILED`` (its overrides on the first line, the error
@@ -114,16 +115,81 @@ def read_record(results: Path) -> dict[str, Any]:
     missing = [key for key in RECORD_KEYS if key not in record]
     if missing:
         raise InputError(f"record lacks {', '.join(missing)}", path)
+    check_numbers(record, path)
     return record
 
 
-def read_marker(results: Path) -> dict[str, str] | None:
-    """``{"uri": ..., "run_id": ..., "experiment_id": ...}`` once the folder was logged, else None."""
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_numbers(record: dict[str, Any], path: Path) -> None:
+    """InputError naming the key when a metric, a curve point or a stepped value of the
+    record is not a number (a hand-edited or damaged record): logging it would fail half-way
+    with a message that names neither the file nor the key."""
+    parts = [("metrics", record["metrics"]), ("curves", record["curves"]), ("stepped", record.get("stepped") or {})]
+    for part, values in parts:
+        if not isinstance(values, dict):
+            raise InputError(f"{part} is not a mapping of names to numbers", path)
+        for key, value in values.items():
+            if part == "metrics":
+                points = [value]
+            elif part == "curves":
+                points = value if isinstance(value, list) else [value]
+            else:
+                points = list(value.values()) if isinstance(value, dict) else [value]
+            bad = next((point for point in points if not _number(point)), None)
+            if bad is not None:
+                raise InputError(f"{part} key {key!r} is not a number: {json.dumps(bad)[:40]}", path)
+    for part in ("params", "tags"):
+        if not isinstance(record[part], dict) or not all(isinstance(v, str) for v in record[part].values()):
+            raise InputError(f"{part} must map names to strings", path)
+
+
+def read_marker(results: Path, uri: str | None = None) -> dict[str, str] | None:
+    """``{"uri": ..., "run_id": ..., "experiment_id": ...}`` once the folder was logged, else None:
+    the store it was last logged to, or with ``uri`` the run in that store (a folder synced to
+    another store keeps every store it reached, see :func:`write_marker`)."""
     try:
         marker = json.loads((Path(results) / MARKER).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None  # missing or half-written: the store is asked instead (by the job key)
-    return marker if isinstance(marker, dict) and marker.get("run_id") else None
+    if not isinstance(marker, dict) or not marker.get("run_id"):
+        return None
+    if uri is None or marker.get("uri") == uri:
+        return marker
+    found = (marker.get("stores") or {}).get(uri) if isinstance(marker.get("stores"), dict) else None
+    if isinstance(found, dict) and found.get("run_id"):
+        return {"uri": uri, "run_id": str(found["run_id"]), "experiment_id": str(found.get("experiment_id", ""))}
+    return None
+
+
+def sweep_parent_in(info: dict[str, Any], uri: str) -> dict[str, str] | None:
+    """``{"parent_run_id": ..., "experiment_id": ...}`` of the sweep's parent run in the store
+    ``uri``, as its sweep file remembers it; None when the sweep has none there yet."""
+    if info.get("uri") == uri and info.get("parent_run_id"):
+        return {"parent_run_id": str(info["parent_run_id"]), "experiment_id": str(info.get("experiment_id", ""))}
+    found = (info.get("stores") or {}).get(uri) if isinstance(info.get("stores"), dict) else None
+    if isinstance(found, dict) and found.get("parent_run_id"):
+        return {"parent_run_id": str(found["parent_run_id"]), "experiment_id": str(found.get("experiment_id", ""))}
+    return None
+
+
+def remember_sweep_parent(sweep_dir: Path, uri: str, parent_run_id: str, experiment_id: str,
+                          experiment: str) -> None:
+    """Write the sweep's parent run in the store ``uri`` into its sweep file: the top-level
+    keys name that store from now on (what ``pipeline.report.summary`` reads), ``stores``
+    keeps the parent of every store the sweep reached (syncing a copy of a sweep to a second
+    store does not lose the first)."""
+    info = read_sweep(sweep_dir)
+    stores = dict(info["stores"]) if isinstance(info.get("stores"), dict) else {}
+    if info.get("uri") and info.get("parent_run_id"):
+        stores.setdefault(str(info["uri"]), {"parent_run_id": info["parent_run_id"],
+                                             "experiment_id": info.get("experiment_id")})
+    stores[uri] = {"parent_run_id": parent_run_id, "experiment_id": experiment_id}
+    write_json(Path(sweep_dir) / SWEEP_FILE, {**info, "uri": uri, "parent_run_id": parent_run_id,
+                                              "experiment_id": experiment_id, "experiment": experiment,
+                                              "stores": stores})
 
 
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:
@@ -137,7 +203,23 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
 
 
 def write_marker(results: Path, uri: str, run_id: str, experiment_id: str) -> None:
-    write_json(Path(results) / MARKER, {"uri": uri, "run_id": run_id, "experiment_id": experiment_id})
+    """Record that the folder is run ``run_id`` in the store ``uri``: the top-level keys name
+    the store it was logged to last (what the sweep summary and ``pipeline.compare`` read);
+    ``stores`` keeps the run of every store it reached, so a folder synced to a second
+    store still knows its run in the first."""
+    stores: dict[str, Any] = {}
+    try:
+        old = json.loads((Path(results) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        old = None
+    if isinstance(old, dict):
+        if isinstance(old.get("stores"), dict):
+            stores.update(old["stores"])
+        if old.get("uri") and old.get("run_id"):
+            stores.setdefault(str(old["uri"]), {"run_id": old["run_id"], "experiment_id": old.get("experiment_id")})
+    stores[uri] = {"run_id": run_id, "experiment_id": experiment_id}
+    write_json(Path(results) / MARKER, {"uri": uri, "run_id": run_id, "experiment_id": experiment_id,
+                                        "stores": stores})
 
 
 def has_plots(results: Path) -> bool:

@@ -11,20 +11,34 @@ import re
 #: Where MLflow's client reads a team server's credentials from.
 CREDENTIAL_ENV = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/?#@\s]*):(?P<secret>[^@/?#\s]*)@")
+# A URL's user-info, also as Hydra writes an override in a sweep (every ":" escaped: "http\://a\:pw@h").
+_SCHEME = r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*\\?://)"
+_URL_USERINFO = re.compile(_SCHEME + r"(?P<user>[^:/?#@\s\\]*)(?P<sep>\\?:)(?P<secret>[^@/?#\s]*)@")
+_URL_TOKEN = re.compile(_SCHEME + r"(?!\*\*\*@)[^:/?#@\s\\]+@")
+_URL_ANY_USERINFO = re.compile(_SCHEME + r"[^/?#@\s]*@")
 _STATUS_IN_MESSAGE = re.compile(r"\berror code (401|403)\b|\b(401|403) Client Error\b")
 
 
 def redact(text: str) -> str:
     """``text`` (a URI, a message, a config dump) with every password hidden: the password of
-    a ``scheme://user:password@host`` URL becomes ``***``, and so does any occurrence of the
+    a ``scheme://user:password@host`` URL becomes ``***`` (a ``scheme://token@host`` URL's
+    token too), and so does any occurrence of the
     values of :data:`CREDENTIAL_ENV` in this process's environment."""
-    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}{m['sep']}***@", str(text))
+    text = _URL_TOKEN.sub(lambda m: f"{m['scheme']}***@", text)  # https://TOKEN@host: the whole user-info
     for name in CREDENTIAL_ENV:
         secret = os.environ.get(name, "")
         if len(secret) >= 4:  # a one-letter "password" would mangle every message
             text = text.replace(secret, "***")
     return text
+
+
+def without_credentials(uri: str) -> str:
+    """``uri`` with its ``user:password@`` (or ``token@``) removed: the form of a store's URI
+    that records, markers, sweep files and messages hold. The job reaches the server with the
+    URI as given, kept in memory only (``StoreSettings.login``); ``pipeline.sync`` later reads
+    the credentials from MLFLOW_TRACKING_USERNAME/PASSWORD, or from its ``--tracking-uri``."""
+    return _URL_ANY_USERINFO.sub(lambda m: m["scheme"], str(uri))
 
 
 def http_status(exc: BaseException) -> int | None:

@@ -5,14 +5,16 @@ A run is created with its tags (so a search by tag finds it at once), then fille
 requests as MLflow allows (one batch of params, metrics and stepped curves; the dataset
 input; the per-query table; the results folder as artifacts), and only then marked FINISHED.
 
-:func:`log_results` is the one entry for a results folder, from its job or from
-``pipeline.sync``, and it is idempotent: a folder whose marker names the store is done;
-otherwise the store is asked for a run with the record's ``job_key`` tag (a FINISHED one is
-adopted; unfinished ones, left by a killed logger, are deleted and the job is logged again).
+:func:`log_folder` (and :func:`log_results`) is the one entry for a results folder, from its
+job or from ``pipeline.sync``, and it is idempotent: a folder whose marker's run is in the
+store, finished, with the record's ``job_key``, is done; otherwise the store is asked for a
+run with that tag (a FINISHED one is adopted; unfinished ones, left by a killed logger, are
+removed with their artifacts) and the job is logged again. A failed attempt removes the run
+it made (:func:`discard_run`).
 A lock file beside the folder keeps a job and a sync from logging it at the same time.
 The jobs of a sweep find its parent run through the sweep file the launcher writes
-(``pipeline.io.results.SWEEP_FILE``); a job logged later by ``pipeline.sync`` finds (or
-makes) the same parent in the store.
+(``pipeline.io.results.SWEEP_FILE``) in the sweep folder the job's folder is in now; a job
+logged later by ``pipeline.sync`` finds (or makes) the parent in the store it logs to.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.io import results as res
+from pipeline.tracking.credentials import redact
 from pipeline.tracking.store import (SWEEP_TABLE_FILE, TABLE_FILE, TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE,
                                      TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SWEEP_PARENT, StoreSettings,
                                      TrackingError, client, ensure_store, experiment_id, retrying, runs_with_tags,
-                                     table_tag, tracking_errors, writing)
+                                     sqlite_path, table_tag, tracking_errors, writing)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,25 +93,76 @@ def log_run(settings: StoreSettings, record: RunRecord, parent_run_id: str | Non
             tags[TAG_PARENT] = parent_run_id
         if record.table is not None:  # what MlflowClient.log_table sets, set with the run (see log_table)
             tags[TAG_LOGGED_ARTIFACTS] = table_tag(TABLE_FILE)
-        run_id = retrying(lambda: mlflow_client.create_run(
-            exp_id, run_name=record.run_name, tags=tags, start_time=record.start_time_ms)).info.run_id
+        run = retrying(lambda: mlflow_client.create_run(
+            exp_id, run_name=record.run_name, tags=tags, start_time=record.start_time_ms))
+        run_id = run.info.run_id
         try:
             metrics, params, dataset = _contents(record)
             retrying(lambda: mlflow_client.log_batch(run_id, metrics=metrics, params=params))
             retrying(lambda: mlflow_client.log_inputs(run_id, datasets=[dataset]))
             if record.table is not None:
                 log_table(mlflow_client, run_id, record.table, TABLE_FILE)
-            mlflow_client.log_artifacts(run_id, str(record.artifacts_dir))
+            log_folder_artifacts(mlflow_client, run_id, record.artifacts_dir, settings)
             if before_finish is not None:
                 before_finish(mlflow_client, run_id)
         except Exception:
-            try:  # keep the original error: marking the run may fail for the same reason
-                mlflow_client.set_terminated(run_id, status="FAILED")
-            except Exception as exc:  # noqa: BLE001  (the original error is raised below)
-                log.warning("could not mark run %s as FAILED: %s", run_id, exc)
+            # A failed attempt (a full disk, a server gone) takes back what it wrote: a retry
+            # makes a new run, and leftovers would only fill the disk faster.
+            discard_run(mlflow_client, settings, run_id, run.info.artifact_uri)
             raise
         retrying(lambda: mlflow_client.set_terminated(run_id, status="FINISHED"))
         return run_id
+
+
+def log_folder_artifacts(mlflow_client: MlflowClient, run_id: str, folder: Path, settings: StoreSettings) -> None:
+    """Every file under ``folder`` as the run's artifacts, keeping the layout, except what is
+    not a result: lock files (``*.lock``: a logger's, a store's), half-written temporary files
+    (``.*.tmp``), the marker of an earlier logging, and the files of a sqlite store that
+    happens to live inside the folder."""
+    folder = Path(folder)
+    db = sqlite_path(settings.uri)
+    store_files = set() if db is None else {db.name, f"{db.name}-journal", f"{db.name}-wal", f"{db.name}-shm"}
+    store_dir = None if db is None else db.resolve().parent
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.name
+        if (name.endswith(".lock") or name.startswith(".") and name.endswith(".tmp") or name == res.MARKER
+                or name in store_files and path.resolve().parent == store_dir):
+            continue
+        relative = path.parent.relative_to(folder).as_posix()
+        mlflow_client.log_artifact(run_id, str(path), artifact_path=None if relative == "." else relative)
+
+
+def discard_run(mlflow_client: MlflowClient, settings: StoreSettings, run_id: str, artifact_uri: str | None) -> None:
+    """Remove a run that an attempt left unfinished: its artifact files first (on a full disk
+    they are what fills it), then the run itself, for real in a sqlite store (``mlflow gc``
+    for this one run); a server's store keeps a deleted run until its admin runs ``mlflow gc``.
+    Best effort: the caller's own error is what the user needs to see."""
+    try:
+        if artifact_uri:
+            from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+            get_artifact_repository(artifact_uri, tracking_uri=settings.login or settings.uri).delete_artifacts()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not remove the artifacts of the unfinished run %s: %s", run_id, redact(str(exc)))
+    try:
+        mlflow_client.delete_run(run_id)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not delete the unfinished run %s: %s", run_id, redact(str(exc)))
+        return
+    db = sqlite_path(settings.uri)
+    if db is None:
+        return
+    import contextlib
+    import io
+
+    try:
+        from mlflow.cli import gc
+
+        uri = f"sqlite:///{db.resolve()}"
+        with contextlib.redirect_stdout(io.StringIO()):  # gc says "permanently deleted" on stdout
+            gc.main(["--backend-store-uri", uri, "--tracking-uri", uri, "--run-ids", run_id], standalone_mode=False)
+    except BaseException as exc:  # noqa: BLE001  (click may raise SystemExit)
+        log.warning("could not remove the deleted run %s from %s: %s", run_id, db, exc)
 
 
 def _contents(record: RunRecord) -> tuple[list[Metric], list[Param], DatasetInput]:
@@ -129,8 +183,21 @@ def _contents(record: RunRecord) -> tuple[list[Metric], list[Param], DatasetInpu
             DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")]))
 
 
+#: What :func:`log_folder` did with a results folder.
+LOGGED, ADOPTED, ALREADY = "logged", "adopted", "already logged"
+
+
 def log_results(results: Path, settings: StoreSettings | None = None) -> str:
-    """Log a results folder as one MLflow run, exactly once; returns the run id.
+    """Log a results folder as one MLflow run, exactly once; returns the run id (see :func:`log_folder`)."""
+    return log_folder(results, settings)[0]
+
+
+def log_folder(results: Path, settings: StoreSettings | None = None) -> tuple[str, str]:
+    """Log a results folder as one MLflow run, exactly once; returns the run id and what was
+    done: :data:`LOGGED` (a new run), :data:`ADOPTED` (a finished run with the record's job
+    key was in the store) or :data:`ALREADY` (the marker's run is in the store, finished,
+    with the record's job key). A marker is never trusted alone: a store moved away, a run
+    deleted, or a folder copied next to another store's marker makes the job logged again.
 
     ``settings`` default to the store the record names. Raises TrackingError, or InputError
     for a corrupt record."""
@@ -142,36 +209,73 @@ def log_results(results: Path, settings: StoreSettings | None = None) -> str:
         settings = StoreSettings.of(record["tracking"])
     from filelock import FileLock, Timeout
 
-    try:  # one logger per folder at a time: a job and a sync may overlap
-        # (the lock file lives beside the results folder, which is logged whole as artifacts)
-        with FileLock(str(results.parent / f".{results.name}.mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
+    # One logger per folder at a time: a job and a sync may overlap. The lock file lives beside
+    # the results folder (resolved: for "." its parent is itself), and is never logged anyway.
+    folder = results.resolve()
+    try:
+        with FileLock(str(folder.parent / f".{folder.name}.mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
             return _log_results_locked(results, record, settings)
     except Timeout:
         raise TrackingError(f"{results}: another process has been logging this folder for "
                             f"{FOLDER_LOCK_TIMEOUT_S} s") from None
 
 
-def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSettings) -> str:
-    marker = res.read_marker(results)
-    if marker is not None and marker.get("uri") == settings.uri:
-        return marker["run_id"]
+def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSettings) -> tuple[str, str]:
+    marker = res.read_marker(results, settings.uri)
     start = time.perf_counter()
+    with tracking_errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
+        if marker is not None and finished_run(client(settings), marker["run_id"], record["job_key"]):
+            if (res.read_marker(results) or {}).get("uri") != settings.uri:  # this store is the current one again
+                res.write_marker(results, settings.uri, marker["run_id"], marker.get("experiment_id", ""))
+            return marker["run_id"], ALREADY
     with tracking_errors(f"MLflow tracking at {settings.uri} failed", settings.uri), writing(settings):
         mlflow_client = client(settings)
         exp_id = retrying(lambda: experiment_id(mlflow_client, record["experiment"], settings))
         for found in runs_with_tags(mlflow_client, exp_id, {TAG_JOB_KEY: record["job_key"]}):
             if found.info.status == "FINISHED":
                 res.write_marker(results, settings.uri, found.info.run_id, exp_id)
-                return found.info.run_id
-            mlflow_client.delete_run(found.info.run_id)  # half-logged by a process that died
-        parent = sweep_parent(settings, record)
+                return found.info.run_id, ADOPTED
+            # half-logged by a process that died: removed with its artifacts
+            discard_run(mlflow_client, settings, found.info.run_id, found.info.artifact_uri)
+        parent = sweep_parent(settings, record, results)
 
         def track_time(mlflow_client: MlflowClient, run_id: str) -> None:
             mlflow_client.log_metric(run_id, "time_track_s", time.perf_counter() - start)
 
         run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time, exp_id=exp_id)
         res.write_marker(results, settings.uri, run_id, exp_id)
-        return run_id
+        return run_id, LOGGED
+
+
+def finished_run(mlflow_client: MlflowClient, run_id: str, job_key: str | None = None) -> bool:
+    """Whether the store holds ``run_id``, not deleted, FINISHED (a complete run), and with
+    the tag ``job_key`` when one is given; False when the store does not know the run (a
+    store replaced or recreated, a run deleted). Other failures of the store are raised."""
+    run = _get_run(mlflow_client, run_id)
+    return (run is not None and run.info.lifecycle_stage == "active" and run.info.status == "FINISHED"
+            and (job_key is None or run.data.tags.get(TAG_JOB_KEY) == job_key))
+
+
+def closed_run(settings: StoreSettings, run_id: str) -> bool:
+    """Whether the store holds ``run_id`` (a sweep's parent), not deleted and terminated
+    (FINISHED, FAILED or KILLED): a sweep is closed only when its store says so."""
+    with tracking_errors(f"cannot read run {run_id} from {settings.uri}", settings.uri):
+        db = sqlite_path(settings.uri)
+        if db is not None and not db.is_file():
+            return False  # no store there (moved away): nothing is closed in it; it is not created here
+        run = _get_run(client(settings), run_id)
+    return run is not None and run.info.lifecycle_stage == "active" and run.info.status in ("FINISHED", "FAILED",
+                                                                                            "KILLED")
+
+
+def _get_run(mlflow_client: MlflowClient, run_id: str) -> Any:
+    """The run, or None when the store has no such run."""
+    try:
+        return mlflow_client.get_run(run_id)
+    except Exception as exc:
+        if getattr(exc, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
 
 
 def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
@@ -186,28 +290,49 @@ def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
             column_types={"query_id": "string"}, include_columns=list(columns)))
         table = per_query.select(list(columns)).to_pandas()
     return RunRecord(
-        experiment=record["experiment"], run_name=record["run_name"], params=record["params"],
+        experiment=record["experiment"], run_name=redact(record["run_name"]),
+        params={key: redact(value) for key, value in record["params"].items()},
         metrics=record["metrics"], curves=record["curves"], stepped=record.get("stepped"),
-        tags={TAG_NOTE: run_description(record, results)[:8000], **record["tags"], TAG_JOB_KEY: record["job_key"]},
+        tags={TAG_NOTE: redact(run_description(record, results))[:8000],
+              **{key: redact(value) for key, value in record["tags"].items()}, TAG_JOB_KEY: record["job_key"]},
         artifacts_dir=results, dataset=record["dataset"], table=table, start_time_ms=record["start_time_ms"],
     )
 
 
-def sweep_parent(settings: StoreSettings, record: Mapping[str, Any]) -> str | None:
-    """The parent run of the job's sweep (found or created, and remembered in the sweep
-    file), when the job is part of a sweep that logs to the job's experiment."""
+def sweep_dir_of(results: Path, record: Mapping[str, Any]) -> Path | None:
+    """The folder of the job's sweep: the nearest folder above the job's whose sweep file has
+    the record's sweep id. Found from where the folder is now, never from the path the record
+    names: a sweep copied elsewhere is synced in its copy, and the original is not touched."""
+    sweep_id = (record.get("sweep") or {}).get("sweep_id")
+    if not sweep_id:
+        return None
+    for folder in list(Path(results).resolve().parent.parents)[:3]:
+        if res.read_sweep(folder).get("sweep_id") == sweep_id:
+            return folder
+    return None
+
+
+def sweep_parent(settings: StoreSettings, record: Mapping[str, Any], results: Path | None = None) -> str | None:
+    """The parent run of the job's sweep in this store, when the job is part of a sweep that
+    logs to the job's experiment: the one its sweep file names if the store has it (a store
+    replaced since has not), else found by the sweep id or created, and remembered in the
+    sweep file beside the other stores' (:func:`pipeline.io.results.remember_sweep_parent`)."""
     sweep = record.get("sweep") or {}
     if not sweep.get("sweep_id"):
         return None
-    sweep_dir = Path(sweep.get("dir", ""))
-    info = res.read_sweep(sweep_dir) if sweep.get("dir") else {}
+    sweep_dir = None if results is None else sweep_dir_of(results, record)
+    info = res.read_sweep(sweep_dir) if sweep_dir is not None else {}
     if info.get("experiment", record["experiment"]) != record["experiment"]:
         return None
-    if info.get("parent_run_id") and info.get("uri", settings.uri) == settings.uri:
-        return str(info["parent_run_id"])
+    known = res.sweep_parent_in(info, settings.uri)
+    if known is not None:
+        run = _get_run(client(settings), known["parent_run_id"])
+        if run is not None and run.info.lifecycle_stage == "active":
+            return known["parent_run_id"]
     found = start_sweep(settings, record["experiment"], sweep["sweep_id"], {}, run_name=info.get("run_name"))
-    if sweep.get("dir"):
-        res.write_json(sweep_dir / res.SWEEP_FILE, {**info, **found, "experiment": record["experiment"]})
+    if sweep_dir is not None:
+        res.remember_sweep_parent(sweep_dir, settings.uri, found["parent_run_id"], found["experiment_id"],
+                                  record["experiment"])
     return found["parent_run_id"]
 
 
@@ -227,11 +352,12 @@ def start_sweep(settings: StoreSettings, experiment: str, sweep_id: str, tags: M
         if found:
             run_id = found[0].info.run_id
         else:
-            note = (f"**{run_name or 'sweep'}**: a sweep, running; its jobs are nested under this run. When it "
+            run_name = redact(run_name or f"sweep {sweep_id}")
+            note = (f"**{run_name}**: a sweep, running; its jobs are nested under this run. When it "
                     "ends, this description gives the best job and the summary is under `summary/`.\n")
             run_id = mlflow_client.create_run(
-                exp_id, run_name=run_name or f"sweep {sweep_id}",
-                tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", TAG_NOTE: note, **tags}
+                exp_id, run_name=run_name, tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", TAG_NOTE: note,
+                                                 **{key: redact(value) for key, value in tags.items()}}
             ).info.run_id
         return {"sweep_id": sweep_id, "parent_run_id": run_id, "experiment_id": exp_id, "uri": settings.uri}
 
@@ -243,7 +369,7 @@ def finish_sweep(settings: StoreSettings, parent_run_id: str, summary_dir: Path,
     metrics and the sweep's ``description`` (markdown) to the parent run, then close it with
     ``status``."""
     if description:
-        tags = {**(tags or {}), TAG_NOTE: description[:8000]}
+        tags = {**(tags or {}), TAG_NOTE: redact(description)[:8000]}
     if len(table):  # what MlflowClient.log_table sets, set with the batch below (see log_table)
         tags = {**(tags or {}), TAG_LOGGED_ARTIFACTS: table_tag(SWEEP_TABLE_FILE)}
     with tracking_errors(f"cannot log the sweep summary to {settings.uri}", settings.uri), writing(settings):

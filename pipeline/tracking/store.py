@@ -14,13 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipeline.io import results as res
-from pipeline.tracking.credentials import auth_refusal, redact
+from pipeline.tracking.credentials import auth_refusal, redact, without_credentials
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -66,12 +66,24 @@ class TrackingError(RuntimeError):
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """Where and how to log: the ``tracking`` config's store keys (what a record carries)."""
+    """Where and how to log: the ``tracking`` config's store keys (what a record carries).
+
+    ``uri`` never holds a credential: a ``tracking.uri`` given as ``http://user:password@host``
+    is kept whole in ``login`` (memory only: not in ``as_dict``, ``repr`` or equality), which
+    the client connects with; ``uri`` is ``http://host``, what records, markers and messages
+    name."""
 
     uri: str
     artifact_root: str | None = None
     http_retries: int = 2
     http_timeout_s: int = 20
+    login: str | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        clean = without_credentials(self.uri)
+        if clean != self.uri:
+            object.__setattr__(self, "login", self.uri)
+            object.__setattr__(self, "uri", clean)
 
     @classmethod
     def of(cls, source: Mapping[str, Any] | Any) -> StoreSettings:
@@ -89,8 +101,18 @@ class StoreSettings:
                    http_retries=int(get("http_retries", 2)), http_timeout_s=int(get("http_timeout_s", 20)))
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as a record stores them (``StoreSettings.of`` reads them back)."""
-        return asdict(self)
+        """The settings as a record stores them (``StoreSettings.of`` reads them back): no credential."""
+        return {key: value for key, value in asdict(self).items() if key != "login"}
+
+    def to(self, uri: str) -> StoreSettings:
+        """These settings for another store (``pipeline.sync --tracking-uri``): a sqlite store
+        keeps the artifacts of the experiments it creates beside it (``mlartifacts/``, as
+        ``paths.root`` lays it out), never under the first store's artifact root; a server
+        keeps them itself."""
+        db = sqlite_path(without_credentials(uri))
+        root = None if db is None else str(db.resolve().parent / "mlartifacts")
+        return StoreSettings(uri=uri, artifact_root=root, http_retries=self.http_retries,
+                             http_timeout_s=self.http_timeout_s)
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -121,7 +143,10 @@ def client(settings: StoreSettings) -> MlflowClient:
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.http_retries)
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(settings.http_timeout_s)
-    uri = str(settings.uri)
+    # MLflow prints "View run ... at: <the URI as given>" when a server's run ends: with a
+    # password in tracking.uri, that line would show it. The job prints its own (redacted) link.
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    uri = str(settings.login or settings.uri)
     db = sqlite_path(uri)
     if db is not None and not db.is_absolute():
         uri = f"sqlite:///{db.resolve()}"  # one client per store, wherever it is named from
@@ -130,7 +155,7 @@ def client(settings: StoreSettings) -> MlflowClient:
     except TrackingError:
         raise
     except Exception as exc:
-        raise TrackingError(f"cannot open the MLflow store {settings.uri}: {type(exc).__name__}: {exc}") from exc
+        raise TrackingError(redact(f"cannot open the MLflow store {settings.uri}: {type(exc).__name__}: {exc}")) from exc
 
 
 @lru_cache(maxsize=4)

@@ -55,7 +55,7 @@ def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     assert record["tracking"] is None and record["metrics"]["ndcg_at_5"] > 0.3
 
     skipped = sync(str(tmp_path / "out"))  # a tracking=none job is logged only when a store is named
-    assert skipped.returncode == 0 and "synced 0 job(s)" in skipped.stdout
+    assert skipped.returncode == 0 and "sync: 0 logged, 0 already logged, 0 closed, 1 untracked" in skipped.stdout
     assert _runs(store) == []
 
     first = sync(str(tmp_path / "out"), "--tracking-uri", store)
@@ -70,14 +70,17 @@ def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     assert [r.info.run_id for r in _runs(store)] == [run.info.run_id]
     assert res.read_marker(folder)["run_id"] == run.info.run_id
 
-    # A logger killed half-way left an unfinished run with the job key: it is replaced.
+    # A logger killed half-way left an unfinished run with the job key: it is replaced, and
+    # removed for real with its artifacts (not left soft-deleted, filling the disk).
     client = MlflowClient(tracking_uri=store)
     client.set_terminated(run.info.run_id, status="RUNNING")
     (folder / res.MARKER).unlink()
     assert sync(str(tmp_path / "out"), "--tracking-uri", store).returncode == 0
     (rerun,) = _runs(store)
     assert rerun.info.run_id != run.info.run_id and rerun.info.status == "FINISHED"
-    assert client.get_run(run.info.run_id).info.lifecycle_stage == "deleted"
+    with pytest.raises(Exception, match="not found"):
+        client.get_run(run.info.run_id)
+    assert not Path(run.info.artifact_uri.removeprefix("file://")).exists()
 
 
 def test_a_corrupt_record_is_reported_not_logged(tmp_path):
@@ -85,10 +88,11 @@ def test_a_corrupt_record_is_reported_not_logged(tmp_path):
     results.mkdir(parents=True)
     (results / res.RECORD).write_text('{"format": "rag-eval-record/1", "job_key": "x"')  # cut short
     done = sync(str(tmp_path))
-    assert done.returncode == 3 and "unreadable record" in done.stderr and "Traceback" not in done.stderr
+    # bad input: one line naming the file, exit 2 (3 is for a store that failed)
+    assert done.returncode == 2 and "unreadable record" in done.stderr and "Traceback" not in done.stderr
     (results / res.RECORD).write_text(json.dumps({"format": res.RECORD_FORMAT, "job_key": "x"}))
     done = sync(str(tmp_path))
-    assert done.returncode == 3 and "record lacks" in done.stderr
+    assert done.returncode == 2 and "record lacks" in done.stderr
 
 
 def test_sync_of_a_missing_folder_fails_in_one_line(tmp_path):

@@ -1,0 +1,132 @@
+"""Failed attempts remove what they wrote, and only results are logged (issue 28).
+
+- An artifact upload that fails on a full disk (simulated with RLIMIT_FSIZE, as
+  test_tracking_faults does) leaves no run in the store, not even a deleted one, and no
+  artifact file; with room again, one sync logs the job once.
+- Lock files (a logger's ``.mlflow.lock``, the store's ``<db>.lock``) and the files of a store
+  inside the folder are never logged as artifacts, however the folder is named (``.``).
+- A ``hydra.run.dir`` Hydra cannot write in: one line naming the folder, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline import tracking
+from pipeline.io import results as res
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 300
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
+    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    """The results folder of an untracked job on the sample."""
+    root = tmp_path_factory.mktemp("job")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={root / 'out'}",
+                           f"hydra.run.dir={root / 'job'}"], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "job" / "results"
+
+
+def _all_runs(store: str) -> list:
+    from mlflow import MlflowClient
+    from mlflow.entities import ViewType
+
+    client = MlflowClient(tracking_uri=store)
+    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    return client.search_runs(ids, run_view_type=ViewType.ALL, max_results=1000) if ids else []
+
+
+FULL_DISK = textwrap.dedent(
+    """
+    import os, resource, signal, sys
+    from pathlib import Path
+    from pipeline import tracking
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
+    import mlflow.cli, mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
+    results, store, artifacts = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    settings = tracking.StoreSettings(store, artifact_root=artifacts)
+    tracking.ensure_store(settings)
+    room = os.path.getsize(store[len("sqlite:///"):]) + 512 * 1024
+    (results / "zz_padding.bin").write_bytes(b"x" * (room + 1024 * 1024))  # sorted last: the rest is copied first
+    resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))
+    for attempt in range(3):
+        try:
+            tracking.log_results(results, settings)
+        except tracking.TrackingError as err:
+            print("failed:", str(err).splitlines()[0])
+    """
+)
+
+
+def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_path):
+    results = tmp_path / "job" / "results"
+    shutil.copytree(job, results)
+    store, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlartifacts"
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(results), store, str(artifacts)], cwd=ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failures = proc.stdout.splitlines()
+    assert len(failures) == 3 and all("File too large" in line for line in failures), proc.stdout
+    assert _all_runs(store) == []  # not FAILED, not deleted: gone
+    assert [p for p in artifacts.rglob("*") if p.is_file()] == []
+    assert res.read_marker(results) is None
+
+    (results / "zz_padding.bin").unlink()  # room again
+    (run,) = [tracking.log_results(results, tracking.StoreSettings(store, artifact_root=str(artifacts)))]
+    assert [r.info.run_id for r in _all_runs(store)] == [run]
+
+
+def test_lock_files_and_a_store_inside_the_folder_are_not_logged(job, tmp_path, monkeypatch, capsys):
+    from mlflow import MlflowClient
+
+    from pipeline.sync import main
+
+    results = tmp_path / "results"
+    shutil.copytree(job, results)
+    monkeypatch.chdir(results)  # "." as the folder: its lock file once landed inside it
+    assert main([".", "--tracking-uri", "sqlite:///mlflow.db"]) == 0, capsys.readouterr().err
+    assert "sync: 1 logged" in capsys.readouterr().out
+    assert (results / "mlflow.db").is_file() and (results / "mlflow.db.lock").is_file()
+    run_id = res.read_marker(results)["run_id"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+
+    def names(path: str | None = None) -> list[str]:
+        found = []
+        for info in client.list_artifacts(run_id, path):
+            found += names(info.path) if info.is_dir else [info.path]
+        return found
+
+    logged = names()
+    assert "record.json" in logged and "plots/k_sweep.png" in logged
+    assert [n for n in logged if n.endswith(".lock") or "mlflow.db" in n or n == res.MARKER] == []
+
+
+@pytest.mark.parametrize("blocker", [".hydra", "pipeline.log"])
+def test_a_run_dir_hydra_cannot_write_in_is_one_line_and_exit_2(tmp_path, blocker):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    if blocker == ".hydra":
+        (folder / blocker).write_text("a file where Hydra makes its folder\n")
+    else:
+        (folder / blocker).mkdir()  # a folder where Hydra opens its log file
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"hydra.run.dir={folder}"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"error: cannot write in the output folder {folder} (hydra.run.dir): ")
+    assert blocker in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
