@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 from pipeline.errors import InputError, positive_int
 from pipeline.report import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
-                             format_table, load_systems, log_report, write_report)
+                             format_table, log_report, write_report)
+from pipeline.report.ties import choose_metrics
 from pipeline.tracking import TrackingError  # tracking imports mlflow when it is used, not before
 
 
@@ -53,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--qrels", help="qrels for TREC run files (TREC or BEIR .tsv; .gz fine)")
     parser.add_argument("--baseline", help="the system the others are compared with (default: the first)")
     parser.add_argument("--metric", action="append", dest="metrics", metavar="M",
-                        help=f"a metric key, repeatable (default: {' '.join(DEFAULT_METRICS)})")
+                        help=f"a metric key, repeatable (default: {' '.join(DEFAULT_METRICS)}, and "
+                             "context_utility_at_k when the jobs differ only in placement): any per-query metric "
+                             "of a job: ndcg_at_10, mrr, ndcg_at_k (each job at its own k), "
+                             "context_recall_budget_512 (chunked or budgeted jobs)")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON (nothing else on stdout)")
     parser.add_argument("--out", help="folder for report.md, report.json and figures "
                                       "(default: outputs/compare/<timestamp>)")
@@ -94,10 +98,10 @@ def _default_out() -> Path:
 
 
 def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bool] | None]:
-    metrics = args.metrics or list(DEFAULT_METRICS)
-    try:
-        systems = load_systems(args.systems, metrics, qrels=args.qrels, tracking_uri=args.tracking_uri,
-                               experiment_filter=args.filter, gain=args.gain, relevance_level=args.relevance_level)
+    try:  # by default, jobs that differ only in placement are compared on context_utility_at_k too
+        systems, metrics = choose_metrics(args.systems, args.metrics, qrels=args.qrels,
+                                          tracking_uri=args.tracking_uri, experiment_filter=args.filter,
+                                          gain=args.gain, relevance_level=args.relevance_level)
         report = build_report(systems, metrics, baseline=args.baseline, test=args.test, correction=args.correction,
                               alpha=args.alpha, n_resamples=args.n_resamples, n_permutations=args.n_permutations,
                               seed=args.seed, missing=args.missing, delta=args.delta, allow_mixed=args.allow_mixed)

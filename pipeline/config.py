@@ -147,12 +147,18 @@ def check(cfg: DictConfig) -> None:
     for key, value in budgets:
         if value is not None and value < 1:
             raise InputError(f"{key} must be >= 1 token, got {value}")
-    objective_k(cfg.objective, cfg.k_max)
+    objective_k(cfg.objective, cfg.k_max, cfg.k)
     chunk_target = str((cfg.get("chunker") or {}).get("_target_", ""))
-    if (cfg.objective.startswith(("context_precision_", "context_recall_")) and cfg.get("budget") is None
-            and (chunk_target.endswith("NoChunker") or not chunk_target)):
+    budget_key = metrics.metric_key(cfg.objective).budget
+    if ((cfg.objective.startswith(("context_precision_", "context_recall_")) or budget_key is not None)
+            and cfg.get("budget") is None and (chunk_target.endswith("NoChunker") or not chunk_target)):
         raise InputError(f"objective {cfg.objective!r} is logged by chunked or budgeted runs only: set chunker=... "
                          "or budget=...")
+    logged = {int(b) for b in (cfg.get("budgets") or DEFAULT_BUDGETS)}
+    logged |= {int(cfg.budget)} if cfg.get("budget") else set()
+    if budget_key is not None and budget_key not in logged:
+        raise InputError(f"objective {cfg.objective!r} needs the budget {budget_key} among those the run logs "
+                         f"(budgets={sorted(logged)}): add it to budgets=[...]")
 
 
 _NUMBERS = {int: (int,), float: (int, float), bool: (bool,)}
@@ -231,12 +237,14 @@ def check_overrides(overrides: list[str]) -> None:
 _MISSING = object()
 
 
-def objective_k(objective: str, k_max: int) -> int | None:
-    """The cut-off of an objective key (None for ``mrr``/``map``); InputError if unknown."""
+def objective_k(objective: str, k_max: int, k_job: int | None = None) -> int | None:
+    """The cut-off of an objective key (None for ``mrr``/``map`` and budget keys; the job's
+    ``k_job`` for ``<family>_at_k``, each job at its own k); InputError if unknown."""
     try:
-        _, k = metrics.parse_key(objective)
+        key = metrics.metric_key(objective)
     except ValueError as err:
         raise InputError(f"objective {err}") from None
+    k = k_job if key.relative else key.k
     if k is not None and not 1 <= k <= k_max:
         raise InputError(f"objective {objective!r} needs K={k} within 1..k_max={k_max}")
     return k

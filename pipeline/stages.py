@@ -29,8 +29,8 @@ from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.io.formats import arrow_array, write_run
 from pipeline.io.scored import qrels_digest
-from pipeline.metrics import (CURVES, UNJUDGED, Evaluation, Qrels, condense, definition_card, evaluate, grade_matrix,
-                              ideal_matrix, parse_key, report_ks, unevaluable)
+from pipeline.metrics import (BUDGET_FAMILIES, CURVES, UNJUDGED, Evaluation, Qrels, condense, definition_card, evaluate,
+                              grade_matrix, ideal_matrix, metric_key, report_ks, unevaluable)
 from pipeline.report import drilldown
 from retrievers.base import Ranking, load_or_compute_ranking
 
@@ -237,42 +237,60 @@ def evaluation(settings: Settings, collection: Collection, ranking: Ranking, pla
 
 def score(settings: Settings, collection: Collection, retrieved: Retrieved, placement: Placement,
           stage: chunkers.ChunkStage | None) -> Scores:
-    """Every metric at every K, the context metrics of a chunked run (per budget too), the
-    headline means and the objective's CI."""
+    """Every metric at every K, the context metrics of a chunked run (per budget too: a
+    per-query column ``<name>_budget_<B>`` each, so any of them can be an objective or a
+    ``compare --metric``), the headline means and the objective's CI. A job-relative
+    objective (``ndcg_at_k``) is also logged under its own name, the value at the job's k."""
     ev = computing(lambda: evaluation(settings, collection, retrieved.ranking, placement))
     stepped: dict[str, dict[str, float]] = {}
     budget_metrics: dict[str, float] = {}
+    by_budget: dict[int, dict[str, NDArray[np.float64]]] = {}
     if stage is not None:  # context families on the chunks, and per budget
         chunk_idx = retrieved.placed_from.doc_idx
         computing(lambda: chunkers.context_scores(stage, ev, chunk_idx, collection.qrels, settings.k_max,
                                                   settings.relevance_level, placement.strategy, placement.curve,
                                                   settings.gain))
-        budget_metrics, stepped, _ = computing(lambda: chunkers.budget_scores(
+        budget_metrics, stepped, by_budget = computing(lambda: chunkers.budget_scores(
             stage, ev, chunk_idx, collection.qrels, settings.relevance_level, placement.strategy, placement.curve,
             settings.gain))
+    budget_columns = {f"{name}_budget_{b}": np.asarray(values[name], np.float64)
+                      for b, values in by_budget.items() for name in BUDGET_FAMILIES if name in values}
+    objective = metric_key(settings.objective)
     metrics = headline(ev, settings.k, settings.k_max, settings.objective)
     metrics.update(budget_metrics)
-    metrics.update(objective_ci(ev, settings.objective, settings.seed))
+    if objective.relative:
+        metrics[objective.key] = metrics[objective.at(settings.k)]
+    metrics.update(objective_ci(ev, settings.objective, settings.seed, settings.k, budget_columns))
     per_query_ks = None if settings.k_max <= PER_QUERY_ALL_K else report_ks(
-        settings.k, settings.k_max, [parse_key(settings.objective)[1]])
+        settings.k, settings.k_max, [objective.k])
     if per_query_ks is not None:
         log.info("per_query.csv: the cut-offs %s only (k_max %d > %d)", per_query_ks, settings.k_max, PER_QUERY_ALL_K)
     per_query = ev.per_query(collection.query_ids, per_query_ks)
+    per_query.update(budget_columns)
     curves = {family: ev.curve(family) for family in CURVES}  # the figures, metrics.json, the record
     return Scores(ev, metrics, stepped, per_query, curves)
 
 
 def headline(ev: Evaluation, k: int, k_max: int, objective: str) -> dict[str, float]:
     """Every family at k and at the standard cut-offs, mrr, map, bpref, the objective and counts."""
-    return ev.means(report_ks(k, k_max, [parse_key(objective)[1]]))
+    return ev.means(report_ks(k, k_max, [metric_key(objective).k]))
 
 
-def objective_ci(ev: Evaluation, objective: str, seed: int) -> dict[str, float]:
+def objective_ci(ev: Evaluation, objective: str, seed: int, k: int | None = None,
+                 budget_columns: dict[str, NDArray[np.float64]] | None = None) -> dict[str, float]:
     """``<objective>_ci_low`` and ``_ci_high``: the 95% BCa bootstrap interval of the
-    objective's mean over the evaluated queries (``pipeline.stats``)."""
-    family, k = parse_key(objective)
-    values = ev.full[family] if k is None else ev.values(family)[:, k - 1]
-    values = values[ev.evaluated]
+    objective's mean over the evaluated queries (``pipeline.stats``). A job-relative objective
+    is taken at the job's ``k``, a budget one from ``budget_columns`` (per query)."""
+    key = metric_key(objective)
+    if key.budget is not None:
+        values = (budget_columns or {}).get(objective)
+        if values is None:
+            return {}
+    elif key.full_depth:
+        values = ev.full[key.family]
+    else:
+        values = ev.values(key.family)[:, (key.k if key.k is not None else int(k or 0)) - 1]
+    values = np.asarray(values, np.float64)[ev.evaluated]
     if len(values) < 2:
         return {}
     # The interval is a function of the values and the seed: the jobs of a sweep over placement

@@ -30,16 +30,16 @@ Sources: trec_eval 9.0.8 (``P``, ``recall``, ``map_cut``, ``ndcg_cut``, ``recip_
 
 from __future__ import annotations
 
-from pipeline.metrics.evaluation import (BOUNDED, CURVES, FAMILIES, FAMILY, FULL_DEPTH, JUDGED_WARN_BELOW,
-                                         JUDGED_WARN_K, LABELS, RUN_FAMILIES, STANDARD_KS, TABLE, Evaluation, Family,
-                                         definition_card, evaluate, judged_warning, parse_key, report_ks,
-                                         unevaluable)
+from pipeline.metrics.evaluation import (BOUNDED, BUDGET_FAMILIES, CURVES, FAMILIES, FAMILY, FULL_DEPTH,
+                                         JUDGED_WARN_BELOW, JUDGED_WARN_K, LABELS, RUN_FAMILIES, STANDARD_KS, TABLE,
+                                         Evaluation, Family, MetricKey, definition_card, evaluate, judged_warning,
+                                         metric_key, parse_key, report_ks, unevaluable)
 from pipeline.metrics.grades import (EXP_GAIN_LIMIT, UNJUDGED, Gain, Qrels, bpref, check_gain_overflow, condense,
                                      discounts, gain_values, grade_matrix, ideal_matrix, judged_at_k, n_nonrelevant,
                                      n_relevant)
 
-__all__ = ["BOUNDED", "CURVES", "EXP_GAIN_LIMIT", "FAMILIES", "FAMILY", "FULL_DEPTH", "JUDGED_WARN_BELOW",
-           "JUDGED_WARN_K", "LABELS", "RUN_FAMILIES", "STANDARD_KS", "TABLE", "UNJUDGED", "Evaluation", "Family",
-           "Gain", "Qrels", "bpref", "check_gain_overflow", "condense", "definition_card", "discounts", "evaluate",
-           "gain_values", "grade_matrix", "ideal_matrix", "judged_at_k", "judged_warning", "n_nonrelevant",
-           "n_relevant", "parse_key", "report_ks", "unevaluable"]
+__all__ = ["BOUNDED", "BUDGET_FAMILIES", "CURVES", "EXP_GAIN_LIMIT", "FAMILIES", "FAMILY", "FULL_DEPTH",
+           "JUDGED_WARN_BELOW", "JUDGED_WARN_K", "LABELS", "RUN_FAMILIES", "STANDARD_KS", "TABLE", "UNJUDGED", "Evaluation",
+           "Family", "Gain", "MetricKey", "Qrels", "bpref", "check_gain_overflow", "condense", "definition_card",
+           "discounts", "evaluate", "gain_values", "grade_matrix", "ideal_matrix", "judged_at_k", "judged_warning",
+           "metric_key", "n_nonrelevant", "n_relevant", "parse_key", "report_ks", "unevaluable"]

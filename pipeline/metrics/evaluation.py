@@ -102,18 +102,72 @@ JUDGED_WARN_BELOW = 0.9
 STANDARD_KS = (1, 3, 5, 10, 20, 50, 100)
 LABELS = {f.name: f.label for f in TABLE}
 
-_METRIC_KEY = re.compile(r"^(?P<family>[a-z_]+)_at_(?P<k>[0-9]+)$")
+#: Context metrics a chunked or budgeted run computes per token budget B, as ``<name>_budget_<B>``
+#: (means, per-query columns, stepped ``budget/<name>``); ``pipeline.chunkers`` computes them.
+BUDGET_FAMILIES = ("context_precision", "context_recall", "context_utility", "relevant_token_share", "n_chunks",
+                   "tokens")
+
+_METRIC_KEY = re.compile(r"^(?P<family>[a-z_]+)_at_(?P<k>[0-9]+|k)$")
+_BUDGET_KEY = re.compile(r"^(?P<family>[a-z_]+)_budget_(?P<budget>[0-9]+)$")
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """A metric key a job computes per query, parsed (:func:`metric_key`).
+
+    ``ndcg_at_10``: family ``ndcg``, ``k`` 10. ``mrr``, ``map``, ``bpref``: the family at full
+    depth (``k`` and ``budget`` None). ``ndcg_at_k``: ``relative``, the job's own cut-off (a
+    sweep over k compares each job at its k: :meth:`at`). ``context_recall_budget_512``:
+    ``budget`` 512, the context that fits in 512 tokens (chunked or budgeted runs)."""
+
+    key: str
+    family: str
+    k: int | None = None
+    budget: int | None = None
+    relative: bool = False
+
+    @property
+    def full_depth(self) -> bool:
+        """Whether the value is taken at the ranking's full depth (its cut-off is the run's depth)."""
+        return self.k is None and self.budget is None and not self.relative
+
+    @property
+    def placed(self) -> bool:
+        """Whether it scores the placed context (needs a job; a run file has only the ranking)."""
+        return self.budget is not None or (self.family in FAMILY and FAMILY[self.family].stage == "placed")
+
+    def at(self, k: int) -> str:
+        """The key a job with cut-off ``k`` logs: ``ndcg_at_k`` -> ``ndcg_at_<k>``; others as they are."""
+        return f"{self.family}_at_{int(k)}" if self.relative else self.key
+
+
+def metric_key(key: str) -> MetricKey:
+    """Parse any per-query metric key of a job: ``<family>_at_<K>``, ``<family>_at_k`` (the
+    job's own k), ``mrr``/``map``/``bpref``, or ``<budget family>_budget_<B>``. ValueError
+    naming the accepted forms otherwise."""
+    if key in FULL_DEPTH:
+        return MetricKey(key, key)
+    match = _METRIC_KEY.match(key)
+    if match and match["family"] in FAMILY and FAMILY[match["family"]].at_k:
+        if match["k"] == "k":
+            return MetricKey(key, match["family"], relative=True)
+        return MetricKey(key, match["family"], k=int(match["k"]))  # K's range is the caller's to check
+    match = _BUDGET_KEY.match(key)
+    if match and match["family"] in BUDGET_FAMILIES and int(match["budget"]) >= 1:
+        return MetricKey(key, match["family"], budget=int(match["budget"]))
+    choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
+    raise ValueError(f"{key!r} is not a metric: use {', '.join(FULL_DEPTH)}, one of {choices} (K a number, or k: "
+                     f"each job at its own k), or one of {', '.join(f'{f}_budget_B' for f in BUDGET_FAMILIES)} "
+                     "(B tokens, chunked or budgeted runs)")
 
 
 def parse_key(key: str) -> tuple[str, int | None]:
-    """``"ndcg_at_10"`` -> ("ndcg", 10); ``"mrr"``/``"map"`` -> (name, None). ValueError otherwise."""
-    if key in FULL_DEPTH:
-        return key, None
-    match = _METRIC_KEY.match(key)
-    if not match or match["family"] not in FAMILY or not FAMILY[match["family"]].at_k:
-        choices = ", ".join(f"{f}_at_K" for f in RUN_FAMILIES)
-        raise ValueError(f"{key!r} is not a metric: use {', '.join(FULL_DEPTH)} or one of {choices}")
-    return match["family"], int(match["k"])
+    """``"ndcg_at_10"`` -> ("ndcg", 10); ``"mrr"``/``"map"`` -> (name, None). ValueError otherwise,
+    also for the keys only :func:`metric_key` reads (``ndcg_at_k``, ``context_recall_budget_512``)."""
+    parsed = metric_key(key)
+    if parsed.relative or parsed.budget is not None:
+        raise ValueError(f"{key!r} is not a metric at a fixed cut-off K or at full depth")
+    return parsed.family, parsed.k
 
 
 def report_ks(k: int, k_max: int, extra: Iterable[int | None] = ()) -> list[int]:

@@ -32,6 +32,7 @@ from pipeline.io import results as res
 from pipeline.report import figures as plots
 from pipeline.report.systems import (DEFAULT_METRICS, DEFAULT_TRACKING_URI, SCORING, System, check_metrics,
                                      describe_differences, is_factor, load_systems, scoring_differences)
+from pipeline.report.ties import blind_factors, distinct_lines, noun_of, placement_note, swept_factors
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +51,6 @@ class Report:
     query_ids: list[str]
     matrices: dict[str, NDArray[np.float64]]
     systems: list[System]
-
-
-def swept_factors(systems: Sequence[System]) -> dict[str, dict[str, str]]:
-    """``{factor: {system: value}}`` for each override key whose value varies across systems.
-
-    A system without the override has its config's value (record params, e.g.
-    ``retriever.k1``) or its group choice (tag ``choice.retriever``), else ``default``."""
-    keys = list(dict.fromkeys(k for s in systems for k in s.overrides if is_factor(k)))  # command-line order
-    out = {}
-    for key in keys:
-        values = {s.name: s.overrides.get(key) or s.params.get(key) or s.tags.get(f"choice.{key}") or "default"
-                  for s in systems}
-        if len(set(values.values())) > 1:
-            out[key] = values
-    return out
 
 
 def _level_order(values: Iterable[str]) -> list[str]:
@@ -203,12 +189,16 @@ def build_report(systems: Sequence[System], metrics: Sequence[str] = DEFAULT_MET
     effects = {}
     if swept and (main_effects if main_effects is not None else any(s.sweep for s in systems)):
         effects = compute_main_effects(swept, names, matrices, n_resamples, seed)
+    distinct = {c.metric: c.distinct for c in comparisons}
+    first = {m: [next(j for j, g in enumerate(distinct[m]) if n in g) for n in names] for m in metrics}
+    blind = {m: b for m in metrics if swept and (b := blind_factors(swept, names, first[m]))}
     data = {  # the order of the JSON report's keys
         "format": REPORT_FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "metrics": metrics, "baseline": base,
         "settings": {"test": test, "correction": correction, "alpha": alpha, "ci_method": "BCa", "confidence": 0.95,
                      "n_resamples": n_resamples, "n_permutations": n_permutations, "seed": seed,
                      "missing": missing, "delta": delta},
-        "n_queries": len(union), "n_comparisons": sum(len(c.vs_baseline) for c in comparisons),
+        "n_queries": len(union), "n_comparisons": sum(c.n_family for c in comparisons), "distinct": distinct,
+        "blind": blind, "notes": placement_note(swept, metrics, distinct),
         "systems": [s.describe() for s in systems], "zero_filled": zero_filled,
         "comparisons": [finite(c.to_dict()) for c in comparisons], "best": best, "tied_with_best": tied,
         "sensitivity": finite(sensitivity), "factors": swept, "main_effects": finite(effects),
@@ -264,10 +254,14 @@ def _cells(report: Report, markdown: bool = False, digits: int = 3) -> tuple[lis
 def _legend(report: Report) -> str:
     d = report.data
     st = d["settings"]
+    distinct = d.get("distinct") or {}
+    per_metric = [len(distinct.get(m) or report.names) - 1 for m in d["metrics"]]
+    shape = (f"{_count(len(d['metrics']), 'metric')} x {_count(per_metric[0], 'system')} vs the baseline"
+             if len(set(per_metric)) == 1 else " + ".join(f"{m}: {n}" for m, n in zip(d["metrics"], per_metric)))
     return (f"{BEST} best mean; {SIGNIFICANT} {_TEST_NAMES[st['test']]} p <= {st['alpha']} after {st['correction']} "
-            f"over {_count(d['n_comparisons'], 'comparison')} ({_count(len(d['metrics']), 'metric')} x "
-            f"{_count(len(report.names) - 1, 'system')} vs the baseline); CIs: {st['ci_method']} bootstrap, "
-            f"{st['n_resamples']} resamples; {d['n_queries']} queries")
+            f"over {_count(d['n_comparisons'], 'comparison')} ({shape}; each distinct result once, one identical "
+            f"to another takes its p-value); CIs: {st['ci_method']} bootstrap, {st['n_resamples']} resamples; "
+            f"{d['n_queries']} queries")
 
 
 def _count(n: int, noun: str) -> str:
@@ -308,8 +302,10 @@ def format_table(report: Report, digits: int = 3) -> str:
     sub = [head[0]] + [h.split(" ", 1)[1] for h in head[1:]]
     width = [max(len(r[j]) for r in [top, sub, *rows]) for j in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, width)).rstrip()  # noqa: E731
-    out = [*mixed_headline(report), line(top), line(sub), line(["-" * w for w in width]), *(line(r) for r in rows), "",
-           _legend(report), _sensitivity_line(report, digits), _ties_line(report)]
+    out = [*mixed_headline(report), *(f"note: {n}" for n in report.data.get("notes", [])), line(top), line(sub),
+           line(["-" * w for w in width]), *(line(r) for r in rows), "",
+           *distinct_lines(report.data, noun_of(report.systems)), _legend(report), _sensitivity_line(report, digits),
+           _ties_line(report)]
     if report.data["zero_filled"]:
         out.append("scored 0 where missing: " + "; ".join(
             f"{k}: {len(v)} queries" for k, v in report.data["zero_filled"].items()))
@@ -338,9 +334,11 @@ def format_markdown(report: Report, figures: Sequence[str] = ()) -> str:
     lines = [f"# Comparison of {len(report.names)} systems", "", *(f"**{h}**" for h in mixed_headline(report)),
              *([""] if d.get("mixed") else []), f"Baseline: **{d['baseline']}**. Metrics: {', '.join(d['metrics'])}. "
              f"{d['n_queries']} evaluated queries, aligned by query id.", ""]
+    lines += [f"Note: {n}." for n in d.get("notes", [])] + ([""] if d.get("notes") else [])
     head, rows = _cells(report, markdown=True, digits=4)
     lines += _md_table(head, rows)
-    lines += ["", _legend(report) + ".", "", _sensitivity_line(report, 4) + ".", "", _ties_line(report) + ".", ""]
+    lines += ["", *(f"- {t}" for t in distinct_lines(d, noun_of(report.systems))), ""]
+    lines += [_legend(report) + ".", "", _sensitivity_line(report, 4) + ".", "", _ties_line(report) + ".", ""]
     if d["zero_filled"]:
         lines += ["Queries missing from a system scored 0 (--missing zero): " + "; ".join(
             f"{k}: {', '.join(v[:10])}{' ...' if len(v) > 10 else ''}" for k, v in d["zero_filled"].items()), ""]

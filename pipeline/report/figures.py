@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.metrics import CURVES, LABELS, STANDARD_KS, parse_key
+from pipeline.metrics import CURVES, LABELS, STANDARD_KS, metric_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -236,9 +236,15 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
 # The figures of ``python -m pipeline.compare`` are sized to stay readable in MLflow's artifact
 # preview (about 900 px wide), legends below the axes, never over the data.
 def metric_label(key: str) -> str:
-    """``ndcg_at_10`` -> ``nDCG@10``; ``mrr`` -> ``MRR``; ``map`` -> ``MAP`` (from the metric table)."""
-    family, k = parse_key(key)
-    return key.upper() if k is None else LABELS[family].replace("@K", f"@{k}")
+    """``ndcg_at_10`` -> ``nDCG@10``; ``ndcg_at_k`` -> ``nDCG@k``; ``mrr`` -> ``MRR``;
+    ``context_recall_budget_512`` -> ``context recall at 512 tokens`` (from the metric table)."""
+    parsed = metric_key(key)
+    if parsed.budget is not None:
+        name = LABELS.get(parsed.family, parsed.family.replace("_", " ")).replace("@K", "")
+        return f"{name} at {parsed.budget} tokens"
+    if parsed.full_depth:
+        return key.upper()
+    return LABELS[parsed.family].replace("@K", f"@{parsed.k if parsed.k is not None else 'k'}")
 
 
 def _short(name: str, width: int = 56) -> str:
@@ -389,4 +395,36 @@ def main_effects_figure(effects: Mapping[str, Mapping[str, Sequence[Mapping]]], 
             if i == 0:
                 ax.set_title(metric_label(metric))
     fig.suptitle(f"{title}\nmean over queries of the jobs at each value, 95% bootstrap CI", fontsize="medium")
+    return fig
+
+
+#: The budget metrics :func:`budget_curve_figure` draws, one panel each.
+BUDGET_PANELS = {"context_recall": "context recall", "context_precision": "context precision"}
+
+
+def budget_curve_figure(curves: Mapping[str, Mapping[str, Mapping[int, float]]], title: str) -> Figure:
+    """Context recall and context precision against the token budget B (log2 axis), one line
+    per entry of ``curves`` (a configuration: a job, or the jobs whose budget curves are
+    identical). ``curves[label][name]`` maps each budget B to the mean ``<name>_budget_<B>``."""
+    fig = _figure(figsize=(12, 4.8), layout="constrained")
+    axes = fig.subplots(1, len(BUDGET_PANELS))
+    for ax, (name, label) in zip(axes, BUDGET_PANELS.items()):
+        budgets: set[int] = set()
+        for line, by_name in curves.items():
+            points = sorted((int(b), float(v)) for b, v in by_name.get(name, {}).items())
+            if points:
+                budgets.update(b for b, _ in points)
+                ax.plot([b for b, _ in points], [v for _, v in points], marker="o", markersize=3, label=line)
+        ax.set_xscale("log", base=2)
+        if budgets:
+            ax.set_xticks(sorted(budgets), [str(b) for b in sorted(budgets)])
+        ax.set_xlabel("token budget B (tokens in the context)")
+        ax.set_ylabel(f"{label} (mean over queries)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(True, alpha=0.3)
+        ax.set_title(f"{label} at a budget of B tokens")
+    if axes[0].lines:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(3, len(labels)), fontsize="x-small")
+    fig.suptitle(title)
     return fig

@@ -18,9 +18,10 @@ from pipeline import tracking
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.report import figures as plots
-from pipeline.metrics import parse_key
+from pipeline.metrics import metric_key
 from pipeline.report.compare import report_for_folders
 from pipeline.report.systems import SCORING, parse_overrides, read_scoring
+from pipeline.report.ties import distinct_phrase, varying_metrics
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +101,91 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     (out / "sweep_table.md").write_text(_markdown(table))
     if len(table):
         _draw(table, _curves(jobs), objective, out)
+        _draw_budgets(jobs, out)
     info = res.read_sweep(sweep_dir)
     shown = [c for c in ("run_name", "scoring", "status", objective, *_ci_columns(objective), "tied_with_best", "ndcg_at_k",
                          "context_utility_at_k", "mrr", "map") if c in table.columns]
     headline = table[list(dict.fromkeys(shown))] if len(table) else table  # the files hold every column
-    best = table.iloc[0] if len(table) and objective in table.columns and not groups else None
-    text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, headline, best, objective)
+    result_of = _results_of(jobs, reports[0], objective) if reports and not groups else None
+    verdict, twins = _verdict(table, jobs, result_of, reports[0] if reports else None, objective)
+    identical = result_of is not None and len(set(result_of)) == 1 and len(jobs) > 1  # no best among exact ties
+    best = table.iloc[0] if len(table) and objective in table.columns and not groups and not identical else None
+    text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, headline, best, objective, verdict)
+    res.write_text(out / "summary.md", f"# {info.get('run_name') or 'sweep'}\n\n{verdict}\n\n{_markdown(headline)}")
     per_scoring = _per_scoring_text(table, objective, groups) if groups else ""
     text += per_scoring
     if note:
         text += f"\nnote: {note}"
     if settings is not None:
         text += _log_to_parent(sweep_dir, info, settings, out, table, headline, best, objective, status,
-                               per_scoring)
+                               per_scoring, verdict, twins)
     return text
+
+
+def _results_of(jobs: list[tuple[Path, dict[str, Any]]], report: dict[str, Any], objective: str) -> list[int] | None:
+    """Per job (in ``jobs`` order), the index of its distinct result on the objective in the
+    comparison (``report["distinct"]``); None when the report does not say."""
+    groups = (report.get("distinct") or {}).get(objective)
+    if not groups:
+        return None
+    folder = {d["name"]: _resolved(d.get("folder")) for d in report["systems"]}
+    index = {folder[name]: i for i, group in enumerate(groups) for name in group}
+    out = [index.get(_resolved(results.parent), index.get(_resolved(results))) for results, _ in jobs]
+    return None if None in out else out  # type: ignore[return-value]
+
+
+def _verdict(table: Any, jobs: list[tuple[Path, dict[str, Any]]], result_of: list[int] | None,
+             report: dict[str, Any] | None, objective: str) -> tuple[str, list[str]]:
+    """The lines that say how many distinct results the jobs have on the objective and which
+    factors it cannot see; "no best: ..." when it is identical for every job, with the metrics
+    that do vary. Also the jobs identical to the best (the best excluded). Printed, written to
+    ``summary/summary.md`` and put in the parent run's description, word for word."""
+    if result_of is None or not len(table) or report is None:
+        return "", []
+    n = len(jobs)
+    n_distinct = len(set(result_of))
+    blind = (report.get("blind") or {}).get(objective, [])
+    line = f"{objective}: {distinct_phrase(n_distinct, n)}"
+    if blind:
+        line += f"; it cannot see {', '.join(blind)} (jobs that differ only in {'it' if len(blind) == 1 else 'them'} " \
+                "score identically on every query)"
+    if n_distinct == 1 and n > 1:
+        varying = varying_metrics([record for _, record in jobs])
+        factors = ", ".join(report.get("factors") or {}) or "what the sweep varies"
+        line += (f"\nno best: {objective} is identical for all {n} jobs, so no job is better than another on it (it "
+                 f"cannot see {factors}). ")
+        line += (f"Metrics that vary across the jobs: {', '.join(varying[:8])}{' ...' if len(varying) > 8 else ''}; "
+                 "sweep again with objective=<one of them> (README, \"Reading your results\")." if varying else
+                 "No computed metric varies across the jobs: they are one result.")
+        return line, []
+    best_result = result_of[int(table.index[0])]
+    twins = [str(table.loc[i, "run_name"]) for i in table.index[1:] if result_of[int(i)] == best_result]
+    if twins:
+        line += f"\nidentical to the best on {objective} (every query): {', '.join(twins[:10])}" + \
+                (f" and {len(twins) - 10} more" if len(twins) > 10 else "")
+    return line, twins
+
+
+def _draw_budgets(jobs: list[tuple[Path, dict[str, Any]]], out: Path) -> None:
+    """``budget_curve.png``: context recall and precision against the token budget, one line per
+    configuration (jobs with identical budget curves, e.g. a sweep over ``budget`` at one chunk
+    size, are one line); only when the jobs computed budget metrics."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    values: dict[str, dict[str, dict[int, float]]] = {}
+    for _, record in jobs:
+        by_name = {name: {int(key.rsplit("_", 1)[1]): float(v) for key, v in record["metrics"].items()
+                          if key.startswith(f"{name}_budget_") and key.rsplit("_", 1)[1].isdigit()}
+                   for name in ("context_recall", "context_precision")}
+        if not any(by_name.values()):
+            continue
+        fingerprint = repr(sorted((n, sorted(v.items())) for n, v in by_name.items()))
+        curves.setdefault(fingerprint, []).append(record)
+        values[fingerprint] = by_name
+    if not curves:
+        return
+    lines = {_group_label(records, jobs, "one curve"): values[fp] for fp, records in curves.items()}
+    figure = plots.budget_curve_figure(lines, f"Context at a token budget ({len(jobs)} jobs, {len(lines)} curves)")
+    figure.savefig(out / "budget_curve.png", dpi=80, **plots.PNG_FAST)
 
 
 def scoring_groups(jobs: list[tuple[Path, dict[str, Any]]], objective: str) -> dict[str, list[Path]]:
@@ -122,7 +194,7 @@ def scoring_groups(jobs: list[tuple[Path, dict[str, Any]]], objective: str) -> d
     objective), or {} when every job was scored under the same definition."""
     scorings = [read_scoring(results / "metrics.json", record["params"], (record.get("dataset") or {}).get("digest"))
                 for results, record in jobs]
-    keys = [k for k in SCORING if (k != "depth" or parse_key(objective)[1] is None)
+    keys = [k for k in SCORING if (k != "depth" or metric_key(objective).full_depth)
             and len({sc[k] for sc in scorings if sc.get(k) is not None}) > 1]
     groups: dict[str, list[Path]] = {}
     for (results, record), sc in zip(jobs, scorings):
@@ -240,12 +312,15 @@ def _draw(table: Any, curves: dict[str, dict[str, Any]], objective: str, out: Pa
     figure.savefig(out / "sweep_summary.png", dpi=80, **plots.PNG_FAST)
 
 
-def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any, objective: str) -> str:
-    """What the sweep prints: where the summary is, the headline table, the best job and
-    how many jobs tie with it."""
+def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any, objective: str,
+                  verdict: str = "") -> str:
+    """What the sweep prints: where the summary is, the headline table, the distinct results
+    (:func:`_verdict`), the best job and how many jobs tie with it."""
     text = f"sweep {sweep_id}: {len(table)} runs; summary in {out.resolve()}"
     if len(table):
         text += "\n" + _markdown(headline).rstrip("\n")
+    if verdict:
+        text += "\n" + verdict
     if best is None:
         return text
     ci_cols = _ci_columns(objective)
@@ -261,7 +336,8 @@ def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any
 
 
 def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.StoreSettings, out: Path, table: Any,
-                   headline: Any, best: Any, objective: str, status: str, per_scoring: str = "") -> str:
+                   headline: Any, best: Any, objective: str, status: str, per_scoring: str = "", verdict: str = "",
+                   twins: list[str] | None = None) -> str:
     """Log the summary to the sweep's parent run (made now if the sweep has none in this
     store), with the best job as tags and metrics, and close it; returns what to print."""
     name = info.get("run_name") or f"sweep {info.get('sweep_id', sweep_dir.name)}"
@@ -274,9 +350,9 @@ def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.Sto
         found = tracking.start_sweep(settings, experiment, info.get("sweep_id", sweep_dir.name), {},
                                      run_name=info.get("run_name"))
         parent, exp_id = found["parent_run_id"], found["experiment_id"]
-    tags, metrics = _best_on_parent(best, objective, table)
+    tags, metrics = _best_on_parent(best, objective, table, twins or [])
     description = sweep_description(name, info.get("experiment", ""), objective, table, best, status, headline,
-                                    per_scoring)
+                                    per_scoring, verdict)
     tracking.finish_sweep(settings, parent, out, table, status=status, tags=tags, metrics=metrics,
                           description=description)
     text = f"\nMLflow parent run {parent} ({name}, {status})"
@@ -286,13 +362,16 @@ def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.Sto
 
 
 def sweep_description(name: str, experiment: str, objective: str, table: Any, best: Any, status: str,
-                      shown: Any, per_scoring: str = "") -> str:
+                      shown: Any, per_scoring: str = "", verdict: str = "") -> str:
     """The parent run's description (``mlflow.note.content``, markdown): what was swept, the
-    best job with its objective and CI (or, ``per_scoring``, why there is none and the best
-    of each scoring setting), how many jobs tie with it, the jobs' headline table, and where
-    the summary files are."""
+    distinct results on the objective (``verdict``, as printed; "no best" when it is identical
+    for every job), the best job with its objective and CI (or, ``per_scoring``, why there is
+    none and the best of each scoring setting), how many jobs tie with it, the jobs' headline
+    table, and where the summary files are."""
     lines = [f"**{name}**" + (f" on {experiment}" if experiment else "") + f": {len(table)} jobs, {status}; "
              "each job is a run nested under this one, with its own description and curves.", ""]
+    if verdict:
+        lines += [*verdict.splitlines(), ""]
     if per_scoring:
         first, *groups = per_scoring.strip().splitlines()
         lines += [first, "", *(f"- {line.strip()}" for line in groups), ""]
@@ -332,7 +411,8 @@ def _compare(folders: list[Path], objective: str, out: Path, n_jobs: int) -> tup
         return None, f"no statistics for the sweep: {err}"
 
 
-def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, Any]]]) -> str:
+def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, Any]]], what: str = "one ranking"
+                 ) -> str:
     """A job's run name; for jobs with one ranking, the settings they share that vary in the
     sweep (``retriever=bm25 (6 jobs)``), else the first name and how many more."""
     if len(records) == 1:
@@ -342,17 +422,21 @@ def _group_label(records: list[dict[str, Any]], jobs: list[tuple[Path, dict[str,
     shared = [key for key in mine[0] if len({m.get(key) for m in mine}) == 1
               and len({e.get(key) for e in every}) > 1 and not key.startswith(("paths.", "tracking.", "hydra."))]
     if shared:
-        return " ".join(f"{key}={mine[0][key]}" for key in shared) + f" ({len(records)} jobs, one ranking)"
-    return f"{records[0]['run_name']} (+{len(records) - 1} with the same ranking)"
+        return " ".join(f"{key}={mine[0][key]}" for key in shared) + f" ({len(records)} jobs, {what})"
+    return f"{records[0]['run_name']} (+{len(records) - 1} with the same {what.removeprefix('one ')})"
 
 
-def _best_on_parent(best: Any, objective: str, table: Any) -> tuple[dict[str, str], dict[str, float]]:
-    """The best job (a row of ``table``, or None) as the parent run's tags and metrics."""
+def _best_on_parent(best: Any, objective: str, table: Any, twins: list[str] = ()) -> tuple[dict[str, str],
+                                                                                          dict[str, float]]:
+    """The best job (a row of ``table``, or None: no tags) as the parent run's tags and metrics.
+    ``best.<override>`` only for the settings the jobs identical to it (``twins``) share: the
+    objective cannot tell their other settings apart."""
     if best is None:
         return {}, {}
+    same = [parse_overrides(str(o)) for o in table.loc[table["run_name"].isin(twins), "overrides"]]
     tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
             **{f"best.{k}": v for k, v in parse_overrides(str(best["overrides"])).items()
-               if not k.startswith(("paths.", "tracking.", "hydra."))}}
+               if not k.startswith(("paths.", "tracking.", "hydra.")) and all(o.get(k) == v for o in same)}}
     if "optuna_trial" in table.columns:
         tags["best_optuna_trial"] = str(best["optuna_trial"])
     metrics = {f"best_{col}": float(best[col]) for col in (objective, *_ci_columns(objective)) if col in table.columns}

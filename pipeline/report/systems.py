@@ -33,7 +33,7 @@ from pipeline import tracking
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.io.scored import score_files
-from pipeline.metrics import FAMILY, FULL_DEPTH, parse_key
+from pipeline.metrics import metric_key
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +108,15 @@ def parse_overrides(text: str) -> dict[str, str]:
 
 
 def check_metrics(metrics: Sequence[str]) -> list[str]:
-    """The metric keys, each checked and once, in order; InputError (``--metric``) otherwise."""
+    """The metric keys, each checked and once, in order; InputError (``--metric``) otherwise.
+    Any per-query metric a job computes is one (``pipeline.metrics.metric_key``): ``ndcg_at_10``,
+    ``mrr``, ``ndcg_at_k`` (each job at its own k), ``context_recall_budget_512``."""
     if not metrics:
         raise InputError("no metric to compare", "--metric")
     out = []
     for metric in metrics:
         try:
-            parse_key(metric)
+            metric_key(metric)
         except ValueError as err:
             raise InputError(str(err), "--metric") from None
         if metric not in out:
@@ -173,9 +175,12 @@ def _check_columns(columns: set[str], metrics: Sequence[str], where: str) -> Non
         raise InputError("no query_id column: not a per_query.csv", where, 1)
     absent = [m for m in metrics if m not in columns]
     if absent:
-        family, _ = parse_key(absent[0])
-        have = sorted((c for c in columns if c.startswith(f"{family}_at_")), key=lambda c: int(c.rsplit("_", 1)[1]))
-        span = f" (it has {have[0]} .. {have[-1]})" if have else ""
+        key = metric_key(absent[0])
+        stem = f"{key.family}_budget_" if key.budget is not None else f"{key.family}_at_"
+        have = sorted((c for c in columns if c.startswith(stem) and c.rsplit("_", 1)[1].isdigit()),
+                      key=lambda c: int(c.rsplit("_", 1)[1]))
+        span = f" (it has {have[0]} .. {have[-1]})" if have else (
+            " (budget metrics are in the tables of chunked or budgeted jobs)" if key.budget is not None else "")
         raise InputError(f"no column {absent[0]}{span}", where, 1)
 
 
@@ -245,7 +250,7 @@ def scoring_differences(systems: Sequence[System], metrics: Sequence[str]
     between the systems, ``{value: [system names]}``; for each setting some systems do not
     record while others do, those systems' names. ``depth`` counts only when a metric is a
     full-depth one (mrr, map, bpref); a run file has no collection, so that one is not asked."""
-    full_depth = any(parse_key(m)[1] is None for m in metrics)
+    full_depth = any(metric_key(m).full_depth for m in metrics)
     differences, unknown = {}, {}
     for key in SCORING:
         if key == "depth" and not full_depth:
@@ -292,7 +297,7 @@ def load_system(folder: str | Path, metrics: Sequence[str] = DEFAULT_METRICS, *,
         raise InputError("not a job folder (no results/record.json)", path)
     metrics = check_metrics(metrics)
     record = res.read_record(results)
-    scores = read_per_query(results / "per_query.csv", metrics)
+    scores = read_job_metrics(results / "per_query.csv", metrics, record["params"].get("k", record.get("k")))
     sweep = record.get("sweep") or {}
     system = System(
         name=str(record["run_name"]), kind="job", spec=spec or str(folder), source=str(results / "per_query.csv"),
@@ -313,15 +318,33 @@ def load_system(folder: str | Path, metrics: Sequence[str] = DEFAULT_METRICS, *,
     return system
 
 
+def read_job_metrics(path: Path, metrics: Sequence[str], k: Any, source: str | None = None
+                     ) -> dict[str, dict[str, float]]:
+    """:func:`read_per_query` of a job whose cut-off is ``k``: a job-relative key
+    (``ndcg_at_k``) reads the job's own column (``ndcg_at_<k>``) and keeps its name, so jobs
+    with different k compare, each at its k."""
+    try:
+        columns = {m: metric_key(m).at(int(k)) if metric_key(m).relative else m for m in metrics}
+    except (TypeError, ValueError):
+        raise InputError(f"the job's k ({k!r}) is unknown: job-relative metrics (*_at_k) need it",
+                         source or path) from None
+    scores = read_per_query(path, list(dict.fromkeys(columns.values())), source)
+    return {m: scores[c] for m, c in columns.items()}
+
+
 def _load_trec(path: Path, metrics: Sequence[str], qrels: str | None, gain: str, relevance_level: int,
                spec: str) -> System:
     """A TREC run file scored against ``qrels``: the ranking metrics only (no placed context)."""
     if qrels is None:
         raise InputError("a TREC run file needs --qrels (or pass a job's folder)", path)
-    parsed = [parse_key(m) for m in metrics]
-    for metric, (family, _) in zip(metrics, parsed):
-        if family not in FULL_DEPTH and FAMILY[family].stage != "ranking":
-            raise InputError(f"{metric} needs the placed context: a run file has only the ranking", "--metric")
+    keys = [metric_key(m) for m in metrics]
+    for key in keys:
+        if key.placed:
+            raise InputError(f"{key.key} needs the placed context: a run file has only the ranking", "--metric")
+        if key.relative:
+            raise InputError(f"{key.key} is each job at its own k: a run file has no k (name the cut-off, "
+                             f"{key.family}_at_10)", "--metric")
+    parsed = [(key.family, key.k) for key in keys]
     k_max = max([k for _, k in parsed if k is not None] or [1])
     try:
         scored = score_files(str(qrels), str(path), k_max, gain, relevance_level)
@@ -358,7 +381,7 @@ def _load_mlflow_runs(runs: Sequence[Mapping[str, Any]], metrics: Sequence[str],
             tags = run["tags"]
             systems.append(System(
                 name=run["run_name"], kind="mlflow", spec=spec, source=source,
-                scores=read_per_query(local, metrics, source=f"{source}/per_query.csv"),
+                scores=read_job_metrics(local, metrics, run["params"].get("k"), source=f"{source}/per_query.csv"),
                 run_name=run["run_name"], run_id=run["run_id"],
                 overrides=parse_overrides(tags.get("hydra_overrides", "")), params=run["params"], tags=tags,
                 sweep=sweep or tags.get("sweep_id"),

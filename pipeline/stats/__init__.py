@@ -43,7 +43,7 @@ from pipeline.stats.bootstrap import bootstrap_ci, bootstrap_means, ci_from_dist
 from pipeline.stats.comparison import (BaselineComparison, Comparison, SystemSummary, adjust_report, compare,
                                        compare_metrics, tied_with_best)
 from pipeline.stats.inputs import (CORRECTIONS, PAIRED_TESTS, TIE_TOLERANCE, Aligned, CiMethod, Correction, Test, align,
-                                   ndtr, ndtri)
+                                   distinct_rows, ndtr, ndtri)
 from pipeline.stats.sensitivity import (minimum_detectable_difference, power_paired_t, queries_needed, tie_bounds,
                                         tie_spread_flag)
 from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_sizes, paired_t_test, randomization_test,
@@ -51,7 +51,8 @@ from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_siz
 
 __all__ = ["CORRECTIONS", "EXACT_MAX_N", "PAIRED_TESTS", "TIE_TOLERANCE", "Aligned", "BaselineComparison", "CiMethod",
            "Comparison", "Correction", "SystemSummary", "Test", "adjust_pvalues", "adjust_report", "align",
-           "bootstrap_ci", "bootstrap_means", "ci_from_distribution", "compare", "compare_metrics", "effect_sizes",
+           "bootstrap_ci", "bootstrap_means", "ci_from_distribution", "compare", "compare_metrics", "distinct_rows",
+           "effect_sizes",
            "minimum_detectable_difference", "ndtr", "ndtri", "paired_t_test", "power_paired_t", "queries_needed",
            "randomization_test", "sign_test", "tie_bounds", "tie_spread_flag", "tied_with_best", "tukey_hsd",
            "tukey_hsd_stack", "wilcoxon_test", "wins_ties_losses"]

@@ -14,7 +14,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pipeline.stats.bootstrap import bootstrap_means, ci_from_distribution
-from pipeline.stats.inputs import PAIRED_TESTS, CiMethod, Correction, Test, as_matrix, as_names, check_options
+from pipeline.stats.inputs import (PAIRED_TESTS, CiMethod, Correction, Test, as_matrix, as_names, check_options,
+                                   distinct_rows)
 from pipeline.stats.sensitivity import minimum_detectable_difference, queries_needed
 from pipeline.stats.significance import (adjust_pvalues, effect_sizes, paired_t_test, randomization_test, sign_test,
                                   tukey_hsd, tukey_hsd_stack, wilcoxon_test, wins_ties_losses)
@@ -53,6 +54,10 @@ class BaselineComparison:
     sd_diff: float
     mdd: float
     n_needed: int | None
+    #: The system whose per-query values this one repeats exactly (the baseline, or an earlier
+    #: system): then it is no comparison of its own in the multiple-comparison family, and its
+    #: adjusted p-values are that system's (1 for the baseline). None: a distinct result.
+    same_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,13 @@ class Comparison:
     vs_baseline: list[BaselineComparison]
     tukey: dict[str, dict[str, float]]
     sensitivity: dict[str, float | int | None]
+    #: The systems grouped by identical per-query values (``inputs.distinct_rows``), in order.
+    distinct: list[list[str]] = dataclasses.field(default_factory=list)
+
+    @property
+    def n_family(self) -> int:
+        """Comparisons this metric adds to the correction: the distinct results other than the baseline's."""
+        return sum(v.same_as is None for v in self.vs_baseline)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -130,11 +142,16 @@ def compare_metrics(matrices: Mapping[str, ArrayLike], names: Sequence[str] | No
     reports = []
     for mi, (metric, vs) in enumerate(zip(matrices, vs_all)):
         systems = [SystemSummary(names[i], float(means[mi, i]), float(lo[mi, i]), float(hi[mi, i])) for i in range(s)]
+        first = distinct_rows(x[mi])
+        same = {names[i]: names[b] if first[i] == first[b] else names[first[i]] for i in others
+                if first[i] == first[b] or first[i] != i}
+        vs = [dataclasses.replace(v, same_as=same.get(v.system)) for v in vs]
+        groups = [[names[i] for i in range(s) if first[i] == j] for j in dict.fromkeys(first.tolist())]
         reports.append(Comparison(
             metric=str(metric), n_queries=n, baseline=names[b], test=test, correction=correction, alpha=alpha,
             confidence=confidence, ci_method=ci_method, n_resamples=n_resamples, n_permutations=n_permutations,
             seed=seed, systems=systems, vs_baseline=vs, tukey=_tukey_table(tk[mi], names) if tk is not None else {},
-            sensitivity=_sensitivity(vs, n, alpha=alpha, power=power, delta=delta)))
+            sensitivity=_sensitivity(vs, n, alpha=alpha, power=power, delta=delta), distinct=groups))
     return adjust_report(reports, correction)
 
 
@@ -221,23 +238,29 @@ def _sensitivity(vs: list[BaselineComparison], n: int, *, alpha: float, power: f
 def adjust_report(comparisons: Sequence[Comparison], correction: Correction | None = None) -> list[Comparison]:
     """Adjust every test's p-values across all baseline comparisons of all given reports (Holm 1979,
     Bonferroni or Benjamini & Hochberg 1995). Each test (t, Wilcoxon, sign, randomization) is its
-    own family of size sum(len(c.vs_baseline)); ``correction`` defaults to the first report's.
-    Returns new reports with ``p_adjusted``, ``correction`` and ``significant`` replaced."""
+    own family of size sum(c.n_family): each distinct result other than the baseline's counts once
+    per metric; a system that repeats another's per-query values (``same_as``) takes that
+    system's adjusted p-values (the baseline's: its own, 1). ``correction`` defaults to the first
+    report's. Returns new reports with ``p_adjusted``, ``correction`` and ``significant`` replaced."""
     comparisons = list(comparisons)
     if not comparisons:
         return []
     correction = correction or comparisons[0].correction
     for c in comparisons:
         check_options(c.test, correction, c.alpha)
-    adjusted = {name: adjust_pvalues([v.p[name] for c in comparisons for v in c.vs_baseline], correction)
+    family = [v.p for c in comparisons for v in c.vs_baseline if v.same_as is None]
+    adjusted = {name: adjust_pvalues([p[name] for p in family], correction) if family else np.zeros(0)
                 for name in PAIRED_TESTS}
     out, k = [], 0
     for c in comparisons:
-        vs = []
+        vs: list[BaselineComparison] = []
         for v in c.vs_baseline:
-            p_adj = {name: float(adjusted[name][k]) for name in PAIRED_TESTS}
+            if v.same_as is None:
+                p_adj = {name: float(adjusted[name][k]) for name in PAIRED_TESTS}
+                k += 1
+            else:  # the baseline's twin keeps its own p (1); another's twin takes that one's
+                p_adj = next((dict(w.p_adjusted) for w in vs if w.system == v.same_as), dict(v.p))
             vs.append(dataclasses.replace(v, p_adjusted=p_adj, significant=bool(p_adj[c.test] <= c.alpha)))
-            k += 1
         out.append(dataclasses.replace(c, vs_baseline=vs, correction=correction))
     return out
 
@@ -247,10 +270,12 @@ def tied_with_best(matrix: ArrayLike, names: Sequence[str] | None = None, *, tes
                    seed: int | None = 0, higher_is_better: bool = True) -> list[str]:
     """Systems not significantly different from the best one (highest mean), the best first.
 
-    Every other system is tested against the best with ``test``; p-values are adjusted by
-    ``correction`` (Holm by default) across those comparisons, except for ``"tukey"``
-    (randomized Tukey HSD), whose p-values are already family-wise. A system stays when
-    its adjusted p > alpha. Used to mark the winners of a sweep.
+    Every other distinct result (``inputs.distinct_rows``) is tested against the best with
+    ``test``; p-values are adjusted by ``correction`` (Holm by default) across those
+    comparisons, each distinct result once, except for ``"tukey"`` (randomized Tukey HSD),
+    whose p-values are already family-wise. A system stays when its adjusted p > alpha; a
+    system identical to the best is tied with it, one identical to another follows that one.
+    Used to mark the winners of a sweep.
     """
     x = as_matrix(matrix)
     names = as_names(names, x.shape[0])
@@ -264,9 +289,14 @@ def tied_with_best(matrix: ArrayLike, names: Sequence[str] | None = None, *, tes
         return [names[best]]
     if test == "tukey":
         p_adj = tukey_hsd(x, n_permutations=n_permutations, seed=seed)[best, others]
-    else:
-        d = x[others] - x[best]
+        return [names[best]] + [names[i] for i, q in zip(others, p_adj) if q > alpha]
+    first = distinct_rows(x)
+    tested = [i for i in others if first[i] == i and first[i] != first[best]]  # each distinct result once
+    if tested:
+        d = x[tested] - x[best]
         p = {"t": lambda: paired_t_test(d)[1], "wilcoxon": lambda: wilcoxon_test(d), "sign": lambda: sign_test(d),
              "fisher": lambda: randomization_test(d, n_permutations=n_permutations, seed=seed)}[test]()
-        p_adj = adjust_pvalues(p, correction)
-    return [names[best]] + [names[i] for i, q in zip(others, p_adj) if q > alpha]
+        p_adj = dict(zip(tested, adjust_pvalues(p, correction)))
+    else:
+        p_adj = {}
+    return [names[best]] + [names[i] for i in others if first[i] == first[best] or p_adj[int(first[i])] > alpha]

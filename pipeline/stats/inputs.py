@@ -31,6 +31,22 @@ CHUNK_CELLS = 1 << 22
 REL_TOL = 1e-10
 
 
+def distinct_rows(matrix: ArrayLike) -> NDArray[np.int64]:
+    """Per row of ``[n_systems, n_queries]``, the index of the first row with the same per-query
+    values (every |difference| <= :data:`TIE_TOLERANCE`): rows that share it are one result
+    counted once (exact ties: a sweep over k or placement scores one ranking several times).
+    Identical rows have identical tests against any other row, so a multiple-comparison family
+    counts each distinct result once (``compare_metrics``, ``tied_with_best``)."""
+    x = as_matrix(matrix)
+    first = np.arange(x.shape[0], dtype=np.int64)
+    for i in range(1, x.shape[0]):
+        for j in range(i):
+            if first[j] == j and np.all(np.abs(x[i] - x[j]) <= TIE_TOLERANCE):
+                first[i] = j
+                break
+    return first
+
+
 class Aligned(NamedTuple):
     """A score matrix with its labels: ``matrix[i, j]`` is system ``names[i]`` on query ``query_ids[j]``."""
 

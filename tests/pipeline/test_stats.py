@@ -455,15 +455,18 @@ def test_compare_report(systems):
     assert hybrid.significant and hybrid.diff_ci_low > 0 and hybrid.wins > hybrid.losses
     assert not copy.significant and copy.ties == 60 and copy.p["fisher"] == 1.0
     assert copy.diff_ci_low == copy.diff_ci_high == 0.0
-    # p-values equal the stand-alone functions; adjusted = Holm over the three comparisons
+    # p-values equal the stand-alone functions; adjusted = Holm over the two distinct comparisons
+    # ("copy" repeats the baseline: no comparison of its own, its p stays 1)
     dh = x[1] - x[0]
     assert hybrid.p["t"] == pytest.approx(scipy.stats.ttest_rel(x[1], x[0]).pvalue)
     assert hybrid.p["wilcoxon"] == pytest.approx(scipy.stats.wilcoxon(dh).pvalue)
     # a count of sign flips: exact, although the sums run in another order here (REL_TOL absorbs it)
     assert hybrid.p["fisher"] == stats.randomization_test(dh[None], n_permutations=2000)[0]
+    assert copy.same_as == "bm25" and c.n_family == 2 and c.distinct == [["bm25", "copy"], ["hybrid"], ["dense"]]
     for test in stats.PAIRED_TESTS:
-        p = [v.p[test] for v in c.vs_baseline]
-        assert [v.p_adjusted[test] for v in c.vs_baseline] == pytest.approx(stats.adjust_pvalues(p))
+        p = [vs["hybrid"].p[test], vs["dense"].p[test]]
+        assert [vs["hybrid"].p_adjusted[test], vs["dense"].p_adjusted[test]] == pytest.approx(stats.adjust_pvalues(p))
+        assert copy.p_adjusted[test] == 1.0
     # the difference CI is scipy's bootstrap of the differences, same resamples
     ref = scipy.stats.bootstrap((dh,), np.mean, n_resamples=2000, method="BCa", rng=np.random.default_rng(0))
     assert hybrid.diff_ci_low == pytest.approx(ref.confidence_interval.low, rel=1e-9)
@@ -497,10 +500,14 @@ def test_compare_metrics_equals_per_metric_calls_and_adjusts_across_all(systems)
     assert [sorted(p) for p in readjusted] == [sorted(p) for p in adjusted]
     for r, a in zip(readjusted, adjusted):
         assert [a[t] for t in r] == pytest.approx([r[t] for t in r], rel=1e-12, abs=0)
-    all_fisher = [v.p["fisher"] for c in single for v in c.vs_baseline]
-    assert [v.p_adjusted["fisher"] for c in joint for v in c.vs_baseline] == pytest.approx(
-        stats.adjust_pvalues(all_fisher, "holm")
+    # the family: every distinct result other than the baseline's, once per metric ("copy" repeats
+    # the baseline: p 1, outside the family)
+    family = [v.p["fisher"] for c in single for v in c.vs_baseline if v.same_as is None]
+    assert len(family) == sum(c.n_family for c in joint) == len(all_vs := [v for c in single for v in c.vs_baseline]) - 2
+    assert [v.p_adjusted["fisher"] for c in joint for v in c.vs_baseline if v.same_as is None] == pytest.approx(
+        stats.adjust_pvalues(family, "holm")
     )
+    assert all(v.p_adjusted["fisher"] == 1.0 for v in all_vs if v.same_as is not None)
 
 
 def test_tied_with_best(systems):
