@@ -28,9 +28,19 @@ def check_command_line(argv: list[str]) -> None:
         return
     try:
         pipeline.config.check_overrides(argv)
+        check_extras(argv)
     except InputError as err:
         print(str(err), file=sys.stderr)
         sys.exit(err.exit_code)
+
+
+def check_extras(argv: list[str]) -> None:
+    """``hydra/launcher=ray`` without Ray installed: InputError naming the extra, before the
+    sweep's parent run is opened (the launcher itself would say so only after it)."""
+    if any(arg.lstrip("+~").replace(" ", "") == "hydra/launcher=ray" for arg in argv):
+        from retrievers.dense.ray_encode import import_ray
+
+        import_ray("hydra/launcher=ray")
 
 
 if __name__ == "__main__":

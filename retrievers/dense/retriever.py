@@ -17,8 +17,9 @@ Search: exact (chunks of queries times all documents, one float32 matrix product
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from numpy.typing import NDArray
 
 from pipeline.io.cache import TextEmbeddingStore, load_or_compute_array, text_hashes, texts_digest
 from retrievers.base import Ranking, padded, top_k
-from retrievers.dense.model import BACKENDS, Encoder, default_model_path, encode_texts, load_encoder, model_identity
+from retrievers.dense.model import (BACKENDS, Encoder, default_model_path, encode_texts, load_encoder, model_identity,
+                                    resolve_model)
+from retrievers.dense.ray_encode import EncodeSettings, encode_on_ray
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,11 @@ def calibrate_ef_search(index: Any, queries: NDArray[np.float32], docs: NDArray[
     return {"ef_search": ef, "recall": recall, "queries": len(rows), "depth": depth}
 
 
+def given(encoder: Encoder) -> Encoder:
+    """The encoder itself: a Ray actor's factory for the caller's own encoder."""
+    return encoder
+
+
 class DenseRetriever:
     """Bi-encoder retrieval by inner product (cosine when ``normalize``).
 
@@ -142,6 +150,10 @@ class DenseRetriever:
         encoder: an object with ``encode(texts, batch_size=..., **kwargs) -> array`` used
             instead of loading ``model`` (tests, custom models). Its ``cache_key()`` (if it
             has one) identifies it in cache keys, else its class name.
+        encode: where the corpus is encoded (``retrievers.dense.ray_encode.EncodeSettings``):
+            ``{"engine": "local"}`` (default) in this process; ``{"engine": "ray", ...}`` by
+            Ray Data actors (queries stay local). Not part of any cache key: the embeddings
+            are the same, and a later local job reads them.
     """
 
     def __init__(self, model: str | None = None, batch_size: int = 64, max_seq_length: int | None = None,
@@ -149,7 +161,8 @@ class DenseRetriever:
                  show_progress_bar: bool = False, backend: str = "torch", index: str = "exact", hnsw_m: int = 32,
                  hnsw_ef_construction: int = 200, hnsw_ef_search: int = 1024,
                  hnsw_target_recall: float | None = 0.99, hnsw_calibration_queries: int = 100,
-                 cache_dir: str | Path | None = None, encoder: Encoder | None = None):
+                 cache_dir: str | Path | None = None, encoder: Encoder | None = None,
+                 encode: Mapping[str, Any] | None = None):
         if index not in INDEXES:
             raise ValueError(f"unknown dense index {index!r}; choose one of {', '.join(INDEXES)}")
         if batch_size < 1:
@@ -178,6 +191,8 @@ class DenseRetriever:
         #: the last HNSW search's efSearch and the recall@depth measured on the calibration queries
         self.hnsw_calibration: dict[str, Any] | None = None
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        #: where the corpus is encoded (``retriever.encode``: local, or on Ray); not part of any cache key
+        self.encode_settings = EncodeSettings.of(encode)
         self._encoder = encoder
         self._custom_encoder = encoder is not None  # given by the caller: backend does not apply
         self._identity: dict[str, Any] | None = None
@@ -221,17 +236,22 @@ class DenseRetriever:
                 key["hnsw_target_recall"] = [self.hnsw_target_recall, self.hnsw_calibration_queries]
         return key
 
-    def encode(self, texts: Sequence[str], prefix: str = "") -> NDArray[np.float32]:
-        """Embed ``texts`` (with ``prefix``), float32 [len(texts), dim], L2-normalized if set."""
+    def encode(self, texts: Sequence[str], prefix: str = "", on_ray: bool = False) -> NDArray[np.float32]:
+        """Embed ``texts`` (with ``prefix``), float32 [len(texts), dim], L2-normalized if set;
+        ``on_ray``: by Ray Data actors (``retriever.encode``), else in this process."""
         texts = [prefix + t for t in texts]
         if not texts:
             return np.zeros((0, 0), np.float32)
-        if self._encoder is None:
-            self._encoder = load_encoder(self.model, backend=self.backend, device=self.device,
-                                         max_seq_length=self.max_seq_length, identity=self.model_identity(),
-                                         cache_dir=self.cache_dir)
-        bar = f"encoding ({self.backend})" if self.show_progress_bar else None
-        emb = encode_texts(self._encoder, texts, self.batch_size, bar)
+        if on_ray:
+            emb = encode_on_ray(texts, self.encoder_factory(), self.encode_settings, self.batch_size,
+                                f"encoding on Ray ({self.backend})")
+        else:
+            if self._encoder is None:
+                self._encoder = load_encoder(self.model, backend=self.backend, device=self.device,
+                                             max_seq_length=self.max_seq_length, identity=self.model_identity(),
+                                             cache_dir=self.cache_dir)
+            bar = f"encoding ({self.backend})" if self.show_progress_bar else None
+            emb = encode_texts(self._encoder, texts, self.batch_size, bar)
         if emb.ndim == 2:
             self._encoded_dim = int(emb.shape[1])
         if emb.ndim != 2 or emb.shape[0] != len(texts):
@@ -239,6 +259,18 @@ class DenseRetriever:
         if self.normalize:
             emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(emb, dtype=np.float32)
+
+    def encoder_factory(self) -> Callable[[], Encoder]:
+        """What a Ray actor calls to get its encoder: the caller's encoder (pickled to the
+        actor), or ``load_encoder`` with this retriever's settings on the actor's device. The
+        model is found here first, so that one that cannot be had fails before Ray starts."""
+        if self._custom_encoder:
+            return functools.partial(given, self._encoder)
+        resolve_model(self.model)
+        return functools.partial(load_encoder, self.model, backend=self.backend,
+                                 device=self.encode_settings.actor_device(self.device),
+                                 max_seq_length=self.max_seq_length, identity=self.model_identity(),
+                                 cache_dir=self.cache_dir)
 
     def text_store(self) -> TextEmbeddingStore | None:
         """The per-text embedding cache of this model, backend and settings (None without a cache_dir)."""
@@ -250,21 +282,22 @@ class DenseRetriever:
 
     def _encode_unseen(self, role: str, texts: Sequence[str], prefix: str) -> NDArray[np.float32]:
         """``encode(texts, prefix)``, encoding only the distinct texts the text cache lacks."""
+        on_ray = role == "docs" and self.encode_settings.engine == "ray"
         store = self.text_store()
         if store is None or not texts:
-            return self.encode(texts, prefix)
+            return self.encode(texts, prefix, on_ray)
         hashes = text_hashes([prefix + t for t in texts])
         emb, found, shards = store.lookup(hashes)
         first: dict[bytes, int] = {}  # each missing text once: hash -> its first position
         for i in np.flatnonzero(~found):
             first.setdefault(hashes[i].tobytes(), int(i))
         if first:
-            new = self.encode([texts[i] for i in first.values()], prefix)
+            new = self.encode([texts[i] for i in first.values()], prefix, on_ray)
             if emb is not None and new.shape[1] != emb.shape[1]:
                 log.warning("dense: the text cache holds dim %d, the model gives %d; encoding all %d texts",
                             emb.shape[1], new.shape[1], len(texts))
                 self.text_cache_stats[role] = {"texts": len(texts), "from_text_cache": 0, "encoded": len(texts)}
-                return self.encode(texts, prefix)
+                return self.encode(texts, prefix, on_ray)
             store.add(hashes[list(first.values())], new)
             if emb is None:
                 emb = np.zeros((len(texts), new.shape[1]), np.float32)

@@ -1,0 +1,301 @@
+"""Encoding a corpus on Ray: ``retriever.encode.engine=ray``.
+
+The texts go to Ray Data in blocks; ``map_batches`` runs a pool of actors that each load the
+configured model once (:class:`EncoderActor`) and encode batches on their CPU or GPU. The
+embeddings come back to the job's process, which checks that every text has exactly one row
+before the retriever caches them (under the same key as a local encoding: the engine is not
+part of it, so a later local job reads them). A failure leaves nothing in the cache.
+
+Ray itself: a job that finds Ray connected (a job of ``hydra/launcher=ray``) uses that
+cluster; otherwise :func:`ray_runtime` starts Ray on this machine (``address`` null) or joins
+a cluster (``auto``, ``HOST:6379``, ``ray://HOST:10001``), and shuts down or disconnects when
+the encoding is done. A cluster that cannot be reached, or a worker that keeps dying after
+``max_retries`` restarts, is :class:`RayFailed`: one line, exit status 3.
+
+``ray`` is imported only by the functions that need it (the ``ray`` extra).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pipeline.errors import InputError
+from retrievers.dense.model import encode_texts, stderr_is_terminal
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("local", "ray")
+EXTRA_HINT = 'install the ray extra: pip install -e ".[ray]"'
+#: Rows per Ray Data block at most: blocks are what the actors take turns on.
+MAX_BLOCK_ROWS = 8192
+CONNECT_TIMEOUT_S = 5.0
+
+
+class RayFailed(InputError):
+    """Ray could not be reached, or the encoding on it failed: one line, exit status 3
+    (like a tracking store that cannot be reached), never a traceback."""
+
+    exit_code = 3
+
+
+def import_ray(what: str) -> Any:
+    """The ``ray`` module, or InputError (exit 2) naming the extra that installs it. Ray reads
+    its settings when imported, so two defaults go first: the workers' lines reach the console
+    as they come (not merged into ``[repeated 2x across cluster]`` seconds later), and without
+    colour codes where standard output is not a terminal."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if not stdout_is_terminal():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    try:
+        import ray
+    except ImportError as err:
+        raise InputError(f"{what} needs Ray ({err}); {EXTRA_HINT}") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """``retriever.encode``: where the corpus is encoded (none of it is part of a cache key)."""
+
+    engine: str = "local"  # local | ray
+    address: str | None = None  # null: start Ray here; auto | HOST:6379 | ray://HOST:10001
+    num_cpus: float = 1.0  # per actor
+    num_gpus: float = 0.0  # per actor (a GPU each: 1; two actors a GPU: 0.5)
+    batch_size: int | None = None  # null: the retriever's batch_size
+    concurrency: int | None = None  # actors; null: as many as the cluster's CPUs (GPUs) allow
+    max_retries: int = 3  # restarts of a dead actor (and retries of its batch) before the job fails
+    device: str | None = None  # the actors' device; null: cuda with num_gpus > 0, else retriever.device
+
+    NUMBERS = (("num_cpus", float), ("num_gpus", float), ("batch_size", int), ("concurrency", int),
+               ("max_retries", int))
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any] | None) -> EncodeSettings:
+        """From the config node (a DictConfig or a dict); ValueError names a bad value."""
+        values = dict(node or {})
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown encode setting(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(cls.__dataclass_fields__)}")
+        try:
+            settings = cls(**{**values, **{k: _number(values[k], k, kind) for k, kind in cls.NUMBERS if k in values}})
+        except TypeError as err:
+            raise ValueError(str(err)) from None
+        if settings.engine not in ENGINES:
+            raise ValueError(f"unknown encode engine {settings.engine!r}; choose one of {', '.join(ENGINES)}")
+        if settings.num_cpus < 0 or settings.num_gpus < 0 or settings.num_cpus + settings.num_gpus <= 0:
+            raise ValueError(f"encode.num_cpus and num_gpus must be >= 0 and not both 0, got "
+                             f"{settings.num_cpus} and {settings.num_gpus}")
+        for name in ("batch_size", "concurrency"):
+            if getattr(settings, name) is not None and int(getattr(settings, name)) < 1:
+                raise ValueError(f"encode.{name} must be >= 1 or null, got {getattr(settings, name)}")
+        if int(settings.max_retries) < 0:
+            raise ValueError(f"encode.max_retries must be >= 0, got {settings.max_retries}")
+        return settings
+
+    def actor_device(self, retriever_device: str) -> str:
+        if self.device is not None:
+            return self.device
+        return "cuda" if self.num_gpus > 0 else retriever_device
+
+
+def _number(value: Any, name: str, kind: type) -> Any:
+    if value is None and name in ("batch_size", "concurrency"):
+        return None
+    try:
+        if isinstance(value, bool) or (kind is int and float(value) != int(float(value))):
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"encode.{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+
+
+def check_reachable(address: str) -> None:
+    """RayFailed unless ``HOST:PORT`` of ``address`` (``ray://HOST:PORT`` or ``HOST:PORT``)
+    accepts a TCP connection within a few seconds: ``ray.init`` itself retries for a minute
+    or more before it gives up. ``auto`` (and anything without a port) is left to ``ray.init``."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise RayFailed(f"Ray address {address!r}: not HOST:PORT or ray://HOST:PORT") from None
+    if not host or port is None:
+        return
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise RayFailed(f"cannot reach the Ray cluster at {address} ({err.strerror or err}); "
+                        "start it (ray start --head) or fix the address") from None
+
+
+@contextmanager
+def ray_runtime(address: str | None, what: str, **init: Any) -> Iterator[Any]:
+    """Ray, connected for the duration of the block: the runtime this process already has,
+    or one started here (``address`` None) or joined (a cluster's address); shut down (or
+    disconnected) at the end only if this call started it. ``init``: more ``ray.init``
+    arguments, those that are None left out (``num_cpus`` only when starting Ray here).
+    Yields the ``ray`` module. An address that cannot be reached is RayFailed."""
+    ray = import_ray(what)
+    if ray.is_initialized():
+        yield ray
+        return
+    if address is not None and address != "local":
+        check_reachable(address)
+        init = {k: v for k, v in init.items() if k not in ("num_cpus", "num_gpus")}
+    arguments = {k: v for k, v in init.items() if v is not None}
+    try:
+        ray.init(address=None if address == "local" else address, **arguments)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise RayFailed(f"{what}: cannot start or join Ray (address {address or 'local'}): {first}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class EncoderActor:
+    """A Ray Data actor: loads the encoder once (``make_encoder()``), then embeds batches
+    (unnormalized float32, as :func:`retrievers.dense.model.encode_texts`)."""
+
+    def __init__(self, make_encoder: Callable[[], Any], batch_size: int):
+        self.encoder = make_encoder()
+        self.batch_size = batch_size
+
+    def __call__(self, batch: dict[str, NDArray]) -> dict[str, NDArray]:
+        texts = [str(t) for t in batch["text"]]
+        emb = encode_texts(self.encoder, texts, self.batch_size)
+        if emb.ndim != 2 or emb.shape[0] != len(texts):
+            raise ValueError(f"encoder returned shape {emb.shape} for {len(texts)} texts")
+        return {"row": np.asarray(batch["row"], np.int64), "embedding": emb}
+
+
+def actor_count(ray: Any, settings: EncodeSettings, n_texts: int, batch_size: int) -> int:
+    """``concurrency``, or as many actors as the cluster's CPUs (GPUs) hold, never more than
+    there are batches."""
+    if settings.concurrency is not None:
+        wanted = int(settings.concurrency)
+    else:
+        resources = ray.cluster_resources()
+        wanted = int(resources.get("GPU", 0) // settings.num_gpus) if settings.num_gpus > 0 \
+            else int(resources.get("CPU", 1) // settings.num_cpus)
+    return max(1, min(wanted, math.ceil(n_texts / batch_size)))
+
+
+class Progress:
+    """One log line per 10% of the texts encoded (Ray Data draws its own bars on a terminal)."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.done, self.tenths = total, label, 0, 0
+
+    def add(self, rows: int) -> None:
+        """Count ``rows`` more; a line when a new tenth is reached (one line for a batch that
+        crosses several)."""
+        self.done += rows
+        tenths = min(10, self.done * 10 // self.total) if self.total else 10
+        if tenths > self.tenths:
+            self.tenths = tenths
+            log.info("%s: %d%% (%d of %d texts)", self.label, 100 * self.done // max(self.total, 1), self.done,
+                     self.total)
+
+
+def collect(batches: Iterator[dict[str, NDArray]], n_texts: int, progress: Progress) -> NDArray[np.float32]:
+    """The rows of ``batches`` in text order. RayFailed unless every text has exactly one
+    row (a retried batch that came back twice, or a lost one, is never cached)."""
+    out: NDArray[np.float32] | None = None
+    seen = np.zeros(n_texts, np.int64)
+    for batch in batches:
+        rows, emb = np.asarray(batch["row"], np.int64), np.asarray(batch["embedding"], np.float32)
+        if emb.ndim != 2 or emb.shape[0] != rows.shape[0] or rows.min(initial=0) < 0 or rows.max(initial=0) >= n_texts:
+            raise RayFailed(f"encoding on Ray returned {emb.shape} embeddings for rows "
+                            f"{rows.min(initial=0)}..{rows.max(initial=0)} of {n_texts} texts")
+        if out is None:
+            out = np.zeros((n_texts, emb.shape[1]), np.float32)
+        elif emb.shape[1] != out.shape[1]:
+            raise RayFailed(f"encoding on Ray returned embeddings of dim {emb.shape[1]} and {out.shape[1]}")
+        out[rows] = emb
+        np.add.at(seen, rows, 1)
+        progress.add(len(rows))
+    if out is None or (seen != 1).any():
+        lost, twice = int((seen == 0).sum()), int((seen > 1).sum())
+        raise RayFailed(f"encoding on Ray returned no embedding for {lost} and several for {twice} of "
+                        f"{n_texts} texts; nothing was cached")
+    return out
+
+
+def encode_on_ray(texts: Sequence[str], make_encoder: Callable[[], Any], settings: EncodeSettings,
+                  batch_size: int, label: str = "encoding on Ray") -> NDArray[np.float32]:
+    """``make_encoder()``'s embeddings of ``texts`` (float32, unnormalized, in order), computed
+    by a pool of Ray Data actors. ``make_encoder`` is pickled to every actor."""
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+    with ray_runtime(settings.address, "retriever.encode.engine=ray", include_dashboard=False,
+                     log_to_driver=True) as ray:
+        return run_encoding(ray, list(texts), make_encoder, settings, int(settings.batch_size or batch_size), label)
+
+
+def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], settings: EncodeSettings,
+                 batch_size: int, label: str) -> NDArray[np.float32]:
+    """The Ray Data pipeline of :func:`encode_on_ray` on a connected ``ray``."""
+    import pyarrow as pa
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    context.enable_progress_bars = stderr_is_terminal()
+    actors = actor_count(ray, settings, len(texts), batch_size)
+    block = max(batch_size, min(MAX_BLOCK_ROWS, math.ceil(len(texts) / (4 * actors))))
+    table = pa.table({"row": np.arange(len(texts), dtype=np.int64), "text": pa.array(texts, pa.string())})
+    blocks = [table.slice(start, block) for start in range(0, len(texts), block)]
+    log.info("%s: %d texts in %d blocks, %d actor(s) (num_cpus %g, num_gpus %g), batches of %d", label, len(texts),
+             len(blocks), actors, settings.num_cpus, settings.num_gpus, batch_size)
+    retries = int(settings.max_retries)
+    with warnings.catch_warnings():
+        # Ray Data restarts a dead actor forever unless told: a model that kills its worker on
+        # every batch would never end. Ray 2.60 deprecates passing these as remote arguments.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dataset = ray.data.from_arrow(blocks).map_batches(
+            EncoderActor, fn_constructor_kwargs={"make_encoder": make_encoder, "batch_size": batch_size},
+            batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=settings.num_cpus or None, num_gpus=settings.num_gpus or None, max_restarts=retries,
+            max_task_retries=retries)
+    try:
+        return collect(dataset.iter_batches(batch_size=None, batch_format="numpy"), len(texts),
+                       Progress(len(texts), label))
+    except RayFailed:
+        raise
+    except (ray.exceptions.RayError, ray.exceptions.RaySystemError) as err:
+        raise RayFailed(f"encoding on Ray failed after {retries} retries: {one_line(err)}; nothing was cached") \
+            from None
+    except Exception as err:  # Ray Data wraps the actors' errors in its own exceptions
+        raise RayFailed(f"encoding on Ray failed: {one_line(err)}; nothing was cached") from None
+
+
+def one_line(err: BaseException) -> str:
+    """The first line that says something about ``err`` (Ray's messages start with a traceback)."""
+    cause = getattr(err, "cause", None) or err.__cause__
+    if isinstance(cause, InputError):
+        return str(cause).removeprefix("error: ")
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Traceback", "File ", "^"))]
+    return f"{type(err).__name__}: {(useful or lines or [''])[0]}"[:300]
+
+
+def stdout_is_terminal() -> bool:
+    """Whether standard output (where Ray prints the workers' lines) is a terminal."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False

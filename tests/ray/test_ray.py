@@ -1,0 +1,345 @@
+"""Ray: sweeps through ``hydra/launcher=ray`` (hydra_plugins/pipeline_ray_launcher) and corpus
+encoding on Ray Data (``retriever.encode.engine=ray``, retrievers/dense/ray_encode.py).
+
+One local Ray of 2 CPUs (``ray_cluster``) serves the tests that need a running cluster: the
+in-process encodings use it as this process's Ray, the Ray sweep joins it by its address.
+The SIGINT test lets the command start (and stop) its own Ray. Every Ray process started
+here carries a marker in its environment; each test that starts Ray checks that none is left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "pipeline" / "sample"
+MARKER = "PIPELINE_TEST_MARKER"
+GRACE_S = 15.0  # Ray's raylet and GCS take a few seconds to exit after ray.shutdown()
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
+import ray  # noqa: E402  (the ray extra is part of the test extra: missing, these tests fail)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def carriers(marker: str) -> list[int]:
+    needle = marker.encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def assert_nothing_left(marker: str, what: str) -> None:
+    deadline = time.monotonic() + GRACE_S
+    while (left := carriers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    names = []
+    for pid in left:
+        try:
+            names.append((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:
+            names.append(f"{pid} (gone)")
+    assert not left, f"{what} left Ray processes alive: {names}"
+
+
+def env(marker: str | None = None, **extra: str) -> dict[str, str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RAY_ADDRESS", MARKER))}
+    full.update(MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TQDM_DISABLE="1",
+                OMP_NUM_THREADS="1", **extra)
+    if marker:
+        full[MARKER] = marker
+    return full
+
+
+def pipeline(*args: str, marker: str | None = None, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env(marker, **extra),
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error")]
+
+
+def sample_texts() -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    for line in (SAMPLE / "corpus.jsonl").read_text().splitlines():
+        doc = json.loads(line)
+        ids.append(doc["_id"])
+        texts.append(f"{doc.get('title', '')} {doc['text']}".strip())
+    return ids, texts
+
+
+def cache_entries(cache: Path) -> list[Path]:
+    """Committed cache entries (their JSON is written last) and embedding arrays."""
+    return sorted(p for p in cache.rglob("*") if p.suffix in (".json", ".npy")) if cache.exists() else []
+
+
+def runs_of(store: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    return [run for exp in client.search_experiments() for run in client.search_runs([exp.experiment_id])]
+
+
+def job_metrics(sweep: Path) -> dict[str, dict[str, float]]:
+    """Each job's numbers (metrics.json), keyed by its overrides."""
+    found = {}
+    for record in sweep.glob("*/results/record.json"):
+        rec = json.loads(record.read_text())
+        overrides = " ".join(sorted(o for o in rec["tags"]["hydra_overrides"].split() if not o.startswith(("paths.",
+                                                                                                  "hydra"))))
+        found[overrides] = json.loads((record.parent / "metrics.json").read_text())["metrics"]
+    return found
+
+
+class DyingEncoder:
+    """The bundled model, whose actor process exits in the middle of its first batch (only the
+    first time, with ``always=False``: a flag file says it died once)."""
+
+    def __init__(self, flag: str, always: bool):
+        self.flag, self.always, self.model = flag, always, None
+
+    def cache_key(self) -> str:
+        return "dying-minilm"
+
+    def encode(self, sentences, batch_size=64, **kwargs):
+        if self.always or not os.path.exists(self.flag):
+            Path(self.flag).touch()
+            os._exit(1)  # the worker dies mid-encoding, as after an out-of-memory kill
+        if self.model is None:
+            from retrievers.dense import load_encoder
+
+            self.model = load_encoder(None, backend="torch", device="cpu", max_seq_length=None, identity={},
+                                      cache_dir=None)
+        return self.model.encode(sentences, batch_size=batch_size, **kwargs)
+
+
+# ----------------------------------------------------------------------------- the shared Ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray of 2 CPUs for this module, started in this process (which is its driver);
+    its address lets subprocesses join it. Stopped at the end, with nothing left behind."""
+    marker = f"ray-tests-{uuid.uuid4().hex}"
+    os.environ[MARKER] = marker  # inherited by every Ray process started below
+    try:
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DyingEncoder, in the actors
+        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        yield context.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
+        os.environ.pop(MARKER, None)
+    assert_nothing_left(marker, "the tests' Ray")
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+
+def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path):
+    sweep = ["k=3,5", "reorder=none,lost_in_the_middle", "hydra.sweep.dir=${paths.root}/sweep"]
+    basic = pipeline("-m", *sweep, f"paths.root={tmp_path / 'basic'}")
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    on_ray = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *sweep,
+                      f"paths.root={tmp_path / 'ray'}")
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+
+    runs = runs_of(tmp_path / "ray" / "mlflow.db")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 4 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    keys = [r.data.tags["job_key"] for r in children]
+    records = [json.loads(p.read_text())["job_key"] for p in (tmp_path / "ray" / "sweep").glob("*/results/record.json")]
+    assert sorted(keys) == sorted(records) and len(set(keys)) == 4  # each job exactly once
+    assert all(r.info.status == "FINISHED" for r in children)
+
+    expected, got = job_metrics(tmp_path / "basic" / "sweep"), job_metrics(tmp_path / "ray" / "sweep")
+    assert sorted(got) == sorted(expected) and len(got) == 4
+    for job, metrics in expected.items():
+        numbers = sorted(k for k in metrics if not k.startswith("time_"))
+        np.testing.assert_allclose([got[job][k] for k in numbers], [metrics[k] for k in numbers], rtol=1e-12,
+                                   err_msg=job)
+    assert "summary" in on_ray.stdout and "best" in on_ray.stdout  # the sweep's end, in the launching process
+
+
+def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ray_process(tmp_path):
+    marker = f"ray-sigint-{uuid.uuid4().hex}"
+    sweep_dir = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "hydra/launcher=ray", "k=1,2,3,4,5,6,7,8",
+                             "hydra.launcher.ray.init.num_cpus=1", f"paths.root={tmp_path}",
+                             f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, env=env(marker), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(sweep_dir.glob("*/results/mlflow_run.json")):  # a job logged itself
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no job finished within 300 s"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert_nothing_left(marker, "an interrupted Ray sweep")
+
+    finished = {json.loads(p.read_text())["job_key"] for p in sweep_dir.glob("*/results/record.json")}
+    assert 1 <= len(finished) < 8, "the interrupt came after the last job or before the first"
+    synced = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep_dir)], cwd=ROOT, env=env(),
+                            capture_output=True, text=True, timeout=300)
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    runs = runs_of(tmp_path / "mlflow.db")
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    keys = [r.data.tags["job_key"] for r in children]
+    assert sorted(keys) == sorted(finished), "each finished job exactly once, nothing else"
+    assert all(r.info.status == "FINISHED" for r in children)
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from pipeline.job import run
+    from retrievers.dense import DenseRetriever
+
+    ids, texts = sample_texts()
+    cache = tmp_path / "cache"
+    on_ray = DenseRetriever(cache_dir=cache, encode={"engine": "ray", "concurrency": 2, "batch_size": 16})
+    on_ray.index(ids, texts)
+    assert on_ray.last_cache_hits["docs"] is False
+    local = DenseRetriever(cache_dir=None).encode(texts)
+    assert on_ray.doc_embeddings.shape == local.shape == (171, 384)
+    assert float(np.abs(on_ray.doc_embeddings - local).max()) <= 1e-5
+
+    again = DenseRetriever(cache_dir=cache)  # engine local: the engine is not part of the key
+    again.index(ids, texts)
+    assert again.last_cache_hits["docs"] is True
+    np.testing.assert_array_equal(again.doc_embeddings, on_ray.doc_embeddings)
+
+    def ndcg(engine: str, root: Path) -> float:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=["retriever=dense", f"retriever.encode.engine={engine}",
+                                               f"paths.root={root}", "tracking=none"])
+        return run(cfg)
+
+    on_ray_ndcg = ndcg("ray", tmp_path / "ray")
+    assert on_ray_ndcg == pytest.approx(ndcg("local", tmp_path / "local"), abs=1e-9)
+    assert ndcg("local", tmp_path / "ray") == pytest.approx(on_ray_ndcg, abs=1e-12)  # the Ray job's caches
+
+
+def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path):
+    from retrievers.dense import DenseRetriever
+
+    ids, texts = sample_texts()
+    flag = tmp_path / "died"
+    dense = DenseRetriever(cache_dir=tmp_path / "cache", encoder=DyingEncoder(str(flag), always=False),
+                           encode={"engine": "ray", "concurrency": 1, "batch_size": 32, "max_retries": 2})
+    dense.index(ids, texts)
+    assert flag.exists(), "the worker did not die: the test tests nothing"
+    local = DenseRetriever(cache_dir=None).encode(texts)
+    assert float(np.abs(dense.doc_embeddings - local).max()) <= 1e-5
+
+
+def test_an_encoding_worker_that_keeps_dying_fails_in_one_line_and_caches_nothing(ray_cluster, tmp_path):
+    from retrievers.dense import DenseRetriever, RayFailed
+
+    ids, texts = sample_texts()
+    dense = DenseRetriever(cache_dir=tmp_path / "cache", encoder=DyingEncoder(str(tmp_path / "died"), always=True),
+                           encode={"engine": "ray", "concurrency": 1, "max_retries": 1})
+    with pytest.raises(RayFailed) as failed:
+        dense.index(ids, texts)
+    assert failed.value.exit_code == 3 and "\n" not in str(failed.value) and "nothing was cached" in str(failed.value)
+    assert cache_entries(tmp_path / "cache") == []
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_an_unreachable_ray_address_is_one_line_exit_3_and_nothing_cached(tmp_path):
+    address = f"ray://127.0.0.1:{closed_port()}"
+    done = pipeline("retriever=dense", "retriever.encode.engine=ray", f"retriever.encode.address={address}",
+                    f"paths.root={tmp_path}", "tracking=none", timeout=300)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1 and "cannot reach the Ray cluster" in lines[0] and address in lines[0], done.stderr
+    assert cache_entries(tmp_path / "cache") == []
+
+    swept = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{closed_port()}",
+                     "k=3,5", f"paths.root={tmp_path}", "tracking=none", timeout=300)
+    assert swept.returncode == 3, swept.stderr[-3000:]
+    assert len(error_lines(swept.stderr)) == 1 and "Traceback" not in swept.stderr, swept.stderr
+
+
+def test_without_the_ray_extra_each_entry_names_it_in_one_line_exit_2(tmp_path):
+    hidden = tmp_path / "hidden"  # a `ray` package that cannot be imported, first on the path
+    (hidden / "ray").mkdir(parents=True)
+    (hidden / "ray" / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    path = os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH", "")) if p)
+    sweep = pipeline("-m", "hydra/launcher=ray", "k=3,5", f"paths.root={tmp_path / 'out'}", PYTHONPATH=path,
+                     timeout=300)
+    assert sweep.returncode == 2, sweep.stderr[-3000:]
+    assert sweep.stderr.strip().splitlines() == [sweep.stderr.strip()] and '.[ray]' in sweep.stderr
+    assert not (tmp_path / "out").exists()  # refused before the sweep started: no parent run, no folder
+
+    job = pipeline("retriever=dense", "retriever.encode.engine=ray", f"paths.root={tmp_path / 'job'}",
+                   "tracking=none", PYTHONPATH=path, timeout=300)
+    assert job.returncode == 2, job.stderr[-3000:]
+    lines = error_lines(job.stderr)
+    assert len(lines) == 1 and '.[ray]' in lines[0] and "Traceback" not in job.stderr, job.stderr
+
+
+# ----------------------------------------------------------------------------- settings and progress
+
+
+def test_encode_settings_refuse_bad_values():
+    from retrievers.dense import EncodeSettings
+
+    assert EncodeSettings.of(None).engine == "local"
+    assert EncodeSettings.of({"engine": "ray", "num_gpus": 1}).actor_device("cpu") == "cuda"
+    for bad in ({"engine": "spark"}, {"concurrency": 0}, {"batch_size": "many"}, {"num_cpus": 0, "num_gpus": 0},
+                {"max_retries": -1}, {"engine": "ray", "workers": 2}):
+        with pytest.raises(ValueError):
+            EncodeSettings.of(bad)
+
+
+def test_progress_logs_one_line_per_tenth(caplog):
+    from retrievers.dense.ray_encode import Progress
+
+    progress = Progress(171, "encoding")
+    with caplog.at_level(logging.INFO, logger="retrievers.dense.ray_encode"):
+        for size in [7] * 24 + [3]:
+            progress.add(size)
+    percents = [int(r.getMessage().split(": ")[1].split("%")[0]) for r in caplog.records]
+    assert len(percents) == 10 and percents[-1] == 100 and percents == sorted(percents)
