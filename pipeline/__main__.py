@@ -45,6 +45,7 @@ def check_extras(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     console.setup()  # before torch/transformers: no progress bars or colour where no terminal
+    sys.argv[1:] = console.verbose_argv(sys.argv[1:])  # -v: verbose=true (Hydra owns the command line)
     check_command_line(sys.argv[1:])
     try:
         main()

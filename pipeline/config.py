@@ -67,6 +67,7 @@ class PipelineConfig:
     relevance_level: int = 1  # grade >= this counts as relevant
     judged_only: bool = False  # condensed lists: unjudged documents removed before scoring (trec_eval -J)
     seed: int = 0
+    verbose: bool = False  # a sweep prints every job's full block (-v), not one line per job (pipeline.console)
     objective: str = "ndcg_at_10"  # what run() returns to a sweeper
     cache_dir: str = "outputs/cache"
     budget: Optional[int] = None  # tokens: the context is the longest prefix of the chunk ranking that fits

@@ -20,6 +20,12 @@
 - ``Redacting`` (a logging filter on the Hydra logging configs) hides credentials in log lines.
 - ``to_log_file`` writes a line (or a traceback) to the job's log file only, so that the
   log of a failed job holds its error while the console shows it once.
+- A sweep prints one line per job, then its summary (``brief``): ``BriefJobLog`` (on the
+  job's console handler) keeps a sweep job's INFO lines (stage times) in its ``pipeline.log``
+  and shows each distinct warning once per process; ``BriefLauncher`` (on Hydra's console
+  handler) drops the launcher's own line per job (``#3 : k=5 ...``) and Optuna's per-trial
+  line. ``verbose=true``, or ``-v`` on the command line (``verbose_argv``), brings back every
+  job's full block.
 
 The Hydra logging configs (``conf/hydra/job_logging/pipeline.yaml``,
 ``conf/hydra/hydra_logging/pipeline.yaml``) also raise the level of libraries that chat at
@@ -31,12 +37,71 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 #: Marks a failed sweep job's objective (see ``JobFailed``) in log records.
 FAILED_MARK = "[job failed]"
+
+
+#: Whether this process prints a sweep briefly (``brief``), and the warnings it has shown.
+_BRIEF: dict[str, bool] = {"on": False}
+_SHOWN: set[str] = set()
+#: The command-line flags that mean ``verbose=true``.
+VERBOSE_FLAGS = ("-v", "--verbose")
+
+
+def brief(on: bool) -> None:
+    """Print a sweep briefly (True: one line per job) or in full, from here on in this process."""
+    _BRIEF["on"] = bool(on)
+
+
+def verbose_argv(argv: list[str]) -> list[str]:
+    """``argv`` with ``-v`` / ``--verbose`` as the override ``verbose=true`` (Hydra owns the
+    command line and has no such flag)."""
+    return ["verbose=true" if arg in VERBOSE_FLAGS else arg for arg in argv]
+
+
+class BriefJobLog(logging.Filter):
+    """On a job's console handler (``conf/hydra/job_logging``): in a brief sweep, records below
+    WARNING stay in the job's log file, and a warning is shown the first time this process
+    sees its text (the same data warning from 18 jobs is one line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _BRIEF["on"]:
+            return True
+        if record.levelno < logging.WARNING:
+            return False
+        try:
+            message = record.getMessage()
+        except Exception:  # a record that cannot be formatted is shown as it is
+            return True
+        if message in _SHOWN:
+            return False
+        _SHOWN.add(message)
+        return True
+
+
+class BriefLauncher(logging.Filter):
+    """On Hydra's console handler (``conf/hydra/hydra_logging``): in a brief sweep, the
+    launcher's line per job (``#3 : retriever=dense k=5``; the job prints its own line, with
+    its result) and Optuna's ``Trial 3 finished with value ...`` are dropped."""
+
+    PER_JOB = re.compile(r"^\s*#\d+ : ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _BRIEF["on"]:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if self.PER_JOB.match(message):
+            return False
+        return not (record.name.startswith("optuna") and record.levelno < logging.WARNING
+                    and message.startswith("Trial "))
 
 
 def interactive(stream: Any = None) -> bool:
@@ -102,14 +167,19 @@ def tolerate_no_completed_trial() -> None:
 
 
 class ConsoleCallback(Callback):  # type: ignore[misc]
-    """Hydra callback: route Optuna's logging before the sweeper creates its study, and let
-    a study whose every trial failed end in one line."""
+    """Hydra callback: a sweep prints one line per job unless ``verbose=true`` (:func:`brief`);
+    route Optuna's logging before the sweeper creates its study, and let a study whose every
+    trial failed end in one line."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        brief(not bool(config.get("verbose", False)))  # one line per job unless verbose=true
         sweeper = str(config.hydra.sweeper.get("_target_", "")) if "hydra" in config else ""
         if "optuna" in sweeper.lower():
             quiet_optuna()
             tolerate_no_completed_trial()
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        brief(False)
 
 
 class JobFailed(Exception):

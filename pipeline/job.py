@@ -33,11 +33,10 @@ from pipeline.config import Settings
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
-from pipeline.metrics import judged_warning
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "run_job", "JobContext", "job_context"]
+__all__ = ["run", "run_job", "job_line", "JobContext", "job_context"]
 
 
 class TrackingFailed(RuntimeError):
@@ -88,6 +87,10 @@ def run(cfg: DictConfig) -> float:
     """Run one experiment and return its objective (``cfg.objective``)."""
     settings = Settings.of(cfg)
     ctx = job_context(settings.runs_dir)
+    # A sweep's job prints one line (job_line) unless verbose=true (-v): its stage times go to
+    # its pipeline.log only, a warning to the console once per process (pipeline.console).
+    brief = ctx.sweep_dir is not None and not bool(cfg.get("verbose", False))
+    console.brief(brief)
     if settings.store is not None and ctx.sweep_dir is None and (note := tracking.new_store_note(settings.store.uri)):
         print(note)  # a sweep says it once, before its jobs (pipeline.sweep)
     timings: dict[str, float] = {}
@@ -115,12 +118,24 @@ def run(cfg: DictConfig) -> float:
     timings["time_total_s"] = time.perf_counter() - start
     record = _record(settings, ctx, collection, retrieved, scores, run_name, names, sweep, timings, started_at)
     res.write_record(results, record)  # last: from here on the folder is complete and can be logged
-    if stage is not None:
-        print(stages.chunk_summary(stage, settings, scores.metrics))
-    _print_summary(run_name, collection, settings, scores.metrics, retrieved.cache_hit, results)
+    if brief:
+        print(job_line(ctx.job_num, run_name, settings.k, settings.objective, scores.metrics))
+    else:
+        if stage is not None:
+            print(stages.chunk_summary(stage, settings, scores.metrics))
+        _print_summary(run_name, collection, settings, scores.metrics, retrieved.cache_hit, results, record["params"])
     if settings.store is not None:
-        _track(settings.store, results, run_name, record["experiment"], in_sweep=ctx.sweep_dir is not None)
+        _track(settings.store, results, run_name, record["experiment"], in_sweep=ctx.sweep_dir is not None,
+               quiet=brief)
     return float(scores.metrics[settings.objective])
+
+
+def job_line(job_num: int | None, run_name: str, k: int, objective: str, metrics: dict[str, float]) -> str:
+    """A sweep job's one line: its number in the sweep (its folder's name), its run name, the
+    objective, then recall and context utility at its k and MRR (those it has)."""
+    keys = dict.fromkeys([objective, f"recall_at_{k}", "mrr", f"context_utility_at_{k}"])
+    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in keys if key in metrics)
+    return f"#{'?' if job_num is None else job_num} {run_name}: {shown}"
 
 
 def _record(settings: Settings, ctx: JobContext, collection: Collection, retrieved: stages.Retrieved,
@@ -193,10 +208,11 @@ def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[s
 
 
 def _track(settings: tracking.StoreSettings, results: Path, run_name: str, experiment: str,
-           in_sweep: bool = False) -> str | None:
+           in_sweep: bool = False, quiet: bool = False) -> str | None:
     """Log the job's folder in this process. A single job's failure is TrackingFailed, naming
     the results; a sweep job's is one line and a FAILED note (the sweep ends non-zero, and
-    ``pipeline.sync`` logs the folder later)."""
+    ``pipeline.sync`` logs the folder later). ``quiet``: no line on success (a sweep's job: the
+    sweep names its parent run and the runs table at its end)."""
     t0 = time.perf_counter()
     try:
         run_id = tracking.log_results(results, settings)
@@ -213,14 +229,16 @@ def _track(settings: tracking.StoreSettings, results: Path, run_name: str, exper
             f"{results.parent}` logs them once the store is back."
         ) from err
     log.info("track: %.2f s", time.perf_counter() - t0)
+    if quiet:
+        return str(run_id)
     print(f"MLflow run {run_id} ({run_name}) in experiment {experiment!r} at {tracking.redact(settings.uri)}")
     if marker := res.read_marker(results):
-        print(tracking.open_hint(settings.uri, str(marker.get("experiment_id", "")), str(run_id)))
+        print(tracking.open_hint(settings.uri, str(marker.get("experiment_id", ""))))
     return str(run_id)
 
 
 def _print_summary(run_name: str, collection: Collection, settings: Settings, metrics: dict[str, float],
-                   cache_hit: bool, results: Path) -> None:
+                   cache_hit: bool, results: Path, params: dict[str, str]) -> None:
     k = settings.k
     keys = [f"ndcg_at_{k}", f"precision_at_{k}", f"recall_at_{k}", f"map_at_{k}", f"mrr_at_{k}",
             f"context_utility_at_{k}", f"judged_at_{k}", "mrr", "map", "bpref"]
@@ -232,7 +250,7 @@ def _print_summary(run_name: str, collection: Collection, settings: Settings, me
     if settings.judged_only:
         lines.append("  judged_only: condensed lists (unjudged documents removed before scoring, trec_eval -J)")
     lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys if key in metrics]
-    if warning := judged_warning(metrics):  # on the console once (here), in pipeline.log too
+    if warning := tracking.coverage_warning(metrics, params):  # on the console once (here), in pipeline.log too
         lines.append(warning)
         console.to_log_file(warning, name=__name__, level=logging.WARNING)
     lines.append(f"results: {results}")

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from omegaconf import DictConfig
 
 #: Overrides that never name a sweep: where things are written and logged.
-WHERE = {"paths", "tracking", "hydra", "cache_dir"}
+WHERE = {"paths", "tracking", "hydra", "cache_dir", "verbose"}
 
 
 #: Groups whose choice is in a run name, each with the default it omits (None: always named).
@@ -22,7 +22,10 @@ SHORT_NAMES = {"lost_in_the_middle": "litm", "lost_in_the_middle_langchain": "li
                "attention_optimal": "attn_opt", "hybrid_convex": "convex"}
 #: Overrides that never go into a name: where things are written and logged, the dataset
 #: (the experiment's name), the objective and seed (they change no retrieval or placement).
-NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir", "dataset", "experiment", "objective", "seed"}
+NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir", "dataset", "experiment", "objective", "seed", "verbose"}
+#: Dataset keys that do go into a name when given: they change the judgments or the queries
+#: scored within one experiment (``bm25 k10 split=dev``, ``bm25 k10 qrels=consensus``).
+NAMED_DATASET_KEYS = ("dataset.split", "dataset.qrels", "dataset.queries")
 
 
 def run_name(names: dict[str, str], k: int, overrides: Sequence[str], choices: Mapping[str, str],
@@ -31,8 +34,10 @@ def run_name(names: dict[str, str], k: int, overrides: Sequence[str], choices: M
     varies first (its keys in order, then the values an Optuna trial sampled), then the
     retriever, k, and every other non-default choice: reorder, attention curve, chunker (when
     not their defaults) and the command line's other overrides (``retriever.k1=0.9`` ->
-    ``k1=0.9``). ``bm25 k10``; a sweep over k and reorder: ``k3 litm bm25``; an Optuna trial:
-    ``k1=1.534 b=0.6121 bm25 k10``."""
+    ``k1=0.9``), last the judgments or queries when given (:data:`NAMED_DATASET_KEYS`: runs
+    scored on other judgments must not look the same). ``bm25 k10``; a sweep over k and
+    reorder: ``k3 litm bm25``; an Optuna trial: ``k1=1.534 b=0.6121 bm25 k10``; other
+    judgments: ``bm25 k10 qrels=consensus``."""
     given = {}
     for o in overrides:
         key, eq, value = o.lstrip("+").partition("=")
@@ -60,7 +65,19 @@ def run_name(names: dict[str, str], k: int, overrides: Sequence[str], choices: M
     for key in given:
         if key not in NAMED_GROUPS and key.split(".", 1)[0] not in NOT_NAMED and "/" not in key:
             tokens.setdefault(key, token(key))
+    for key in NAMED_DATASET_KEYS:
+        if key in given:
+            tokens.setdefault(key, f"{key.rsplit('.', 1)[-1]}={stem(given[key])}")
     return " ".join(tokens.values())
+
+
+def stem(value: str) -> str:
+    """A file's name without its folder and extensions (``judged/qrels.consensus.txt`` ->
+    ``qrels.consensus``, ``dev.tsv.gz`` -> ``dev``); other values as :func:`short` shows them."""
+    name = short(value)
+    for suffix in (".gz", ".bz2", ".txt", ".tsv", ".trec", ".jsonl", ".json", ".qrels"):
+        name = name.removesuffix(suffix)
+    return name or short(value)
 
 
 def short(value: str) -> str:

@@ -30,6 +30,8 @@ _FAMILIES = ("ndcg", "precision", "recall", "context_utility")
 #: Budget metrics a sweep's table shows (``<name>_budget_<B>``), in this order for each B.
 _BUDGET_PREFIXES = ("context_recall_budget_", "context_precision_budget_", "relevant_token_share_budget_",
                     "n_chunks_budget_")
+#: Rows of the jobs' table the console shows (the best first; the files hold every job).
+CONSOLE_ROWS = 5
 
 
 def log_pending(sweep_dir: Path, settings: tracking.StoreSettings | None = None,
@@ -108,9 +110,12 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     headline = table[list(dict.fromkeys(shown))] if len(table) else table  # the files hold every column
     result_of = _results_of(jobs, reports[0], objective) if reports and not groups else None
     verdict, twins = _verdict(table, jobs, result_of, reports[0] if reports else None, objective)
+    if coverage := tracking.sweep_coverage_warning([record for _, record in jobs]):  # once for the sweep
+        verdict = f"{verdict}\n{coverage}" if verdict else coverage
     identical = result_of is not None and len(set(result_of)) == 1 and len(jobs) > 1  # no best among exact ties
     best = table.iloc[0] if len(table) and objective in table.columns and not groups and not identical else None
-    text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, headline, best, objective, verdict)
+    text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, console_rows(headline, result_of), best,
+                         objective, verdict)
     res.write_text(out / "summary.md", f"# {info.get('run_name') or 'sweep'}\n\n{verdict}\n\n{_markdown(headline)}")
     per_scoring = _per_scoring_text(table, objective, groups) if groups else ""
     text += per_scoring
@@ -312,13 +317,15 @@ def _draw(table: Any, curves: dict[str, dict[str, Any]], objective: str, out: Pa
     figure.savefig(out / "sweep_summary.png", dpi=80, **plots.PNG_FAST)
 
 
-def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any, objective: str,
+def _summary_text(sweep_id: str, out: Path, table: Any, headline: tuple[Any, str], best: Any, objective: str,
                   verdict: str = "") -> str:
-    """What the sweep prints: where the summary is, the headline table, the distinct results
-    (:func:`_verdict`), the best job and how many jobs tie with it."""
+    """What the sweep prints: where the summary is, the headline table's rows for the console
+    (:func:`console_rows`: the rows and a line saying which), the distinct results (:func:`_verdict`, with the judged-coverage
+    warning), the best job and how many jobs tie with it."""
     text = f"sweep {sweep_id}: {len(table)} runs; summary in {out.resolve()}"
-    if len(table):
-        text += "\n" + _markdown(headline).rstrip("\n")
+    if len(table):  # each job printed its line already: a few rows here, every job in sweep_table.md
+        rows, note = headline
+        text += "\n" + _markdown(rows).rstrip("\n") + (f"\n{note}" if note else "")
     if verdict:
         text += "\n" + verdict
     if best is None:
@@ -333,6 +340,23 @@ def _summary_text(sweep_id: str, out: Path, table: Any, headline: Any, best: Any
         text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
                  f"alpha 0.05); see summary/compare/report.md")
     return text
+
+
+def console_rows(headline: Any, result_of: list[int] | None) -> tuple[Any, str]:
+    """The rows of the jobs' table the console shows and a line saying which: every job when at
+    most :data:`CONSOLE_ROWS`; else the best job of each distinct result on the objective
+    (``result_of``, in job order = the table's index), or the best jobs when that is unknown."""
+    if len(headline) <= CONSOLE_ROWS:
+        return headline, ""
+    where = f"all {len(headline)} jobs in summary/sweep_table.md"
+    if result_of is None:
+        return headline.head(CONSOLE_ROWS), f"(the best {CONSOLE_ROWS} jobs; {where})"
+    firsts: dict[int, Any] = {}
+    for i in headline.index:
+        firsts.setdefault(result_of[int(i)], i)
+    shown = list(firsts.values())[:CONSOLE_ROWS]
+    which = "each" if len(firsts) == len(shown) else f"the first {len(shown)}"
+    return headline.loc[shown], f"(the best job of {which} of the {len(firsts)} distinct results; {where})"
 
 
 def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.StoreSettings, out: Path, table: Any,
@@ -357,7 +381,7 @@ def _log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.Sto
                           description=description)
     text = f"\nMLflow parent run {parent} ({name}, {status})"
     if exp_id:
-        text += "\n" + tracking.open_hint(settings.uri, str(exp_id), parent)
+        text += "\n" + tracking.open_hint(settings.uri, str(exp_id))
     return text
 
 

@@ -20,18 +20,22 @@ from __future__ import annotations
 from pipeline.tracking.credentials import CREDENTIAL_ENV, auth_refusal, http_status, redact, without_credentials
 from pipeline.tracking.log import (ADOPTED, ALREADY, FOLDER_LOCK_TIMEOUT_S, LOGGED, RunRecord, closed_run, discard_run,
                                    finish_sweep, finished_run, log_folder, log_folder_artifacts, log_results, log_run,
-                                   log_table, run_description, start_sweep, sweep_dir_of, sweep_parent)
+                                   log_table, shown_params, start_sweep, sweep_dir_of, sweep_parent, with_job_k)
+from pipeline.tracking.describe import (PUBLIC_ADVICE, coverage_warning, public_benchmark, run_description,
+                                        sweep_coverage_warning)
 from pipeline.tracking.read import (COMPARE_EXPERIMENT, child_runs, download_artifact, experiment_runs, get_run_info,
                                     log_report)
 from pipeline.tracking.store import (EXPERIMENT_KIND, STORE_LOCK_TIMEOUT_S, SWEEP_TABLE_FILE, TABLE_FILE,
                                      TAG_EXPERIMENT_KIND, TAG_GIT, TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE,
                                      TAG_OVERRIDES, TAG_PARENT, TAG_RUN_NAME, TAG_SWEEP, TAG_SWEEP_PARENT, UI_WORKFLOW,
-                                     StoreSettings, TrackingError, client, ensure_store, experiment_id, folder_name,
+                                     VIEW_KEY, StoreSettings, TrackingError, client, ensure_store, experiment_id, folder_name,
                                      new_store_note, open_hint, retrying, runs_with_tags, sqlite_path, table_tag,
                                      tracking_errors, ui_url, writing)
 
 __all__ = [
-    "ADOPTED", "ALREADY", "LOGGED", "closed_run", "discard_run", "finished_run", "log_folder", "log_folder_artifacts",
+    "ADOPTED", "ALREADY", "LOGGED", "PUBLIC_ADVICE", "VIEW_KEY", "coverage_warning", "public_benchmark",
+    "shown_params", "sweep_coverage_warning", "with_job_k",
+    "closed_run", "discard_run", "finished_run", "log_folder", "log_folder_artifacts",
     "sweep_dir_of", "without_credentials",
     "COMPARE_EXPERIMENT", "CREDENTIAL_ENV", "EXPERIMENT_KIND", "FOLDER_LOCK_TIMEOUT_S", "STORE_LOCK_TIMEOUT_S",
     "SWEEP_TABLE_FILE", "TABLE_FILE", "TAG_EXPERIMENT_KIND", "TAG_GIT", "TAG_JOB_KEY", "TAG_LOGGED_ARTIFACTS",

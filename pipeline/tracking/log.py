@@ -1,5 +1,5 @@
-"""Logging to a store: one job as one MLflow run, a results folder logged exactly once, a
-sweep's parent run, and the description a run's page shows.
+"""Logging to a store: one job as one MLflow run, a results folder logged exactly once, and a
+sweep's parent run (the run's description: ``pipeline.tracking.describe``).
 
 A run is created with its tags (so a search by tag finds it at once), then filled in as few
 requests as MLflow allows (one batch of params, metrics and stepped curves; the dataset
@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.io import results as res
 from pipeline.tracking.credentials import redact
+from pipeline.tracking.describe import run_description
 from pipeline.tracking.store import (SWEEP_TABLE_FILE, TABLE_FILE, TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE,
-                                     TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SWEEP_PARENT, StoreSettings,
+                                     TAG_PARENT, TAG_SWEEP, TAG_SWEEP_PARENT, StoreSettings,
                                      TrackingError, client, ensure_store, experiment_id, retrying, runs_with_tags,
                                      sqlite_path, table_tag, tracking_errors, writing)
+from pipeline.tracking.view import ensure_view
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -237,6 +239,9 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSe
                 return found.info.run_id, ADOPTED
             # half-logged by a process that died: removed with its artifacts
             discard_run(mlflow_client, settings, found.info.run_id, found.info.artifact_uri)
+        # The runs table the printed link opens: its headline columns (pipeline.tracking.view).
+        retrying(lambda: ensure_view(mlflow_client, settings.uri, exp_id, str(record.get("objective") or
+                                                                             record["params"].get("objective", ""))))
         parent = sweep_parent(settings, record, results)
 
         def track_time(mlflow_client: MlflowClient, run_id: str) -> None:
@@ -291,12 +296,44 @@ def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
         table = per_query.select(list(columns)).to_pandas()
     return RunRecord(
         experiment=record["experiment"], run_name=redact(record["run_name"]),
-        params={key: redact(value) for key, value in record["params"].items()},
-        metrics=record["metrics"], curves=record["curves"], stepped=record.get("stepped"),
+        params={key: redact(value) for key, value in shown_params(record).items()},
+        metrics=with_job_k(record["metrics"], record.get("k")), curves=record["curves"], stepped=record.get("stepped"),
         tags={TAG_NOTE: redact(run_description(record, results))[:8000],
               **{key: redact(value) for key, value in record["tags"].items()}, TAG_JOB_KEY: record["job_key"]},
         artifacts_dir=results, dataset=record["dataset"], table=table, start_time_ms=record["start_time_ms"],
     )
+
+
+#: Config groups whose chosen option becomes a param of its own (from the record's ``choice.*`` tags).
+CHOICE_PARAMS = ("retriever", "reorder", "attention")
+#: Metric families also logged as ``<family>_at_k``: the value at the run's own k, so runs with
+#: different k share one column in the runs table (``pipeline.tracking.view``).
+AT_K_FAMILIES = ("ndcg", "precision", "recall", "context_utility")
+
+
+def shown_params(record: Mapping[str, Any]) -> dict[str, str]:
+    """The params a run logs: the flattened config without the keys that name Python objects
+    (``retriever._target_``, ``_partial_``: the same for every run of an option, noise in
+    MLflow's Compare view), plus the option chosen in each of :data:`CHOICE_PARAMS`
+    (``retriever=bm25``), which the Compare view can plot. ``config.yaml`` keeps every key."""
+    params = {key: value for key, value in record["params"].items()
+              if not any(part.startswith("_") for part in key.split("."))}
+    for group in CHOICE_PARAMS:
+        if (choice := record["tags"].get(f"choice.{group}")) and group not in params:
+            params[group] = str(choice)
+    return params
+
+
+def with_job_k(metrics: Mapping[str, float], k: Any) -> dict[str, float]:
+    """The metrics plus ``<family>_at_k`` (:data:`AT_K_FAMILIES`) for each family the run has at
+    its k, unless the run logged that name itself (a job-relative objective)."""
+    out = dict(metrics)
+    if k is None:
+        return out
+    for family in AT_K_FAMILIES:
+        if f"{family}_at_{int(k)}" in out:
+            out.setdefault(f"{family}_at_k", out[f"{family}_at_{int(k)}"])
+    return out
 
 
 def sweep_dir_of(results: Path, record: Mapping[str, Any]) -> Path | None:
@@ -384,91 +421,3 @@ def finish_sweep(settings: StoreSettings, parent_run_id: str, summary_dir: Path,
             log_table(mlflow_client, parent_run_id, table, SWEEP_TABLE_FILE)
         mlflow_client.log_artifacts(parent_run_id, str(summary_dir), artifact_path="summary")
         mlflow_client.set_terminated(parent_run_id, status=status)
-
-
-#: Headline metrics of a run's description, at the run's k (label, metric key pattern).
-_DESCRIBED = (("nDCG", "ndcg_at_{k}"), ("precision", "precision_at_{k}"), ("recall", "recall_at_{k}"),
-              ("MRR", "mrr_at_{k}"), ("MAP", "map_at_{k}"), ("context utility", "context_utility_at_{k}"))
-#: Artifacts a description points to, when the run has them (path, what it is).
-_POINTERS = (("plots/k_sweep.png", "every metric vs K, k marked"),
-             ("plots/precision_recall.png", "precision vs recall"),
-             ("per_query_table.json", "one row per query: its metrics, text and top k"),
-             ("failures.md", "queries with no relevant document in the top k"),
-             ("definition_card.md", "how each number is defined"))
-
-
-def run_description(record: Mapping[str, Any], results: Path | None = None) -> str:
-    """A job's description (``mlflow.note.content``, markdown, shown on its run page): the
-    headline metrics at the run's k first (the UI shows the first lines), the settings that
-    made them, how to read the stepped curves, and where the plots and tables are. Built from
-    the record alone (and its results folder, when at hand), so ``pipeline.sync`` writes the
-    same text a job would."""
-    k, k_max = int(record["k"]), record["params"].get("k_max", "?")
-    lines = [*_headline(record, results), "", *_settings_table(record)]
-    lines += ["", (f"**Curves:** the `curve/*` metrics (Model metrics tab) have **step = K**, the cut-off, "
-                   f"for K = 1..{k_max}; the other metrics are single values (`ndcg_at_{k}` is nDCG at K = {k}).")]
-    have = [(path, what) for path, what in _POINTERS
-            if results is None or (Path(results) / path).is_file() or path == "per_query_table.json"
-            and record.get("table_columns")]
-    if have:
-        lines += ["", "**Where things are** (Artifacts tab): "
-                  + "; ".join(f"`{path}` ({what})" for path, what in have) + "."]
-    return "\n".join(lines) + "\n"
-
-
-def _headline(record: Mapping[str, Any], results: Path | None) -> list[str]:
-    """Dataset (``52 queries, 171 documents``: the documents only when the results folder
-    says), k, the headline metrics, and the objective with its CI."""
-    params, metrics, k = record["params"], record["metrics"], int(record["k"])
-    n_q, n_docs = metrics.get("n_queries"), None
-    if results is not None:
-        try:
-            n_docs = json.loads((Path(results) / "metrics.json").read_text())["collection"]["n_docs"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    counts = f"{int(n_q)} queries" if n_q is not None else ""
-    if n_docs is not None:
-        counts += f", {int(n_docs)} documents"
-    shown = [(label, key.format(k=k)) for label, key in _DESCRIBED if key.format(k=k) in metrics]
-    lines = [f"On **{record['dataset']['name']}**" + (f" ({counts})" if counts else "") + f", at k = {k}: "
-             + ", ".join(f"{label} {metrics[key]:.4f}" for label, key in shown)
-             + "".join(f"; {key.upper()} at full depth {metrics[key]:.4f}" for key in ("mrr", "map") if key in metrics)
-             + "."]
-    objective = str(record.get("objective") or params.get("objective", ""))
-    low, high = metrics.get(f"{objective}_ci_low"), metrics.get(f"{objective}_ci_high")
-    if objective in metrics:
-        ci = "" if low is None or high is None else f" (95% CI {low:.4f} to {high:.4f}, bootstrap over queries)"
-        lines += ["", f"**Objective** `{objective}` = {metrics[objective]:.4f}{ci}."]
-    return lines
-
-
-def _settings_of(params: Mapping[str, str], group: str) -> str:
-    """`` (k1=1.2, b=0.75)`` from the flattened params of a config group (no ``_target_``), or ``""``."""
-    settings = ", ".join(f"{key[len(group) + 1:]}={value}" for key, value in params.items()
-                         if key.startswith(group + ".") and not key.rsplit(".", 1)[-1].startswith("_")
-                         and value not in ("null", "None"))
-    return f" ({settings})" if settings else ""
-
-
-def _choice(record: Mapping[str, Any], group: str) -> str:
-    """The option chosen in a config group: its tag, else the last part of its ``_target_``."""
-    target = str(record["params"].get(f"{group}._target_", group))
-    return str(record["tags"].get(f"choice.{group}") or target.rsplit(".", 1)[-1])
-
-
-def _settings_table(record: Mapping[str, Any]) -> list[str]:
-    """A two-column markdown table of the settings that made the numbers."""
-    params, k = record["params"], int(record["k"])
-    rows = [("retriever", _choice(record, "retriever") + _settings_of(params, "retriever")),
-            ("k", f"{k} chunks placed in the context; metrics for every K = 1..{params.get('k_max', '?')}"),
-            ("placement", f"reorder {_choice(record, 'reorder')}, attention curve {_choice(record, 'attention')}"
-                          + _settings_of(params, "attention"))]
-    chunker = str(params.get("chunker._target_", ""))
-    if chunker and not chunker.endswith("NoChunker"):
-        rows.append(("chunking", chunker.rsplit(".", 1)[-1] + _settings_of(params, "chunker")))
-    judged_only = ", judged documents only (trec_eval -J)" if params.get("judged_only") in ("True", "true") else ""
-    rows.append(("scoring", f"gain {params.get('gain', 'exp')}, relevant when grade >= "
-                            f"{params.get('relevance_level', 1)}{judged_only}"))
-    if overrides := record["tags"].get(TAG_OVERRIDES):
-        rows.append(("command line", f"`{overrides}`"))
-    return ["| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]

@@ -47,6 +47,10 @@ TAG_NOTE = "mlflow.note.content"  # MLflow's: a run's (or experiment's) descript
 TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 UI_WORKFLOW = "workflowType=machine_learning"  # the UI's query parameter for its model-training view
+#: The experiment's runs table as a newcomer should first see it (the headline columns, sorted by
+#: the objective) is a "shared view" of MLflow's UI: an experiment tag ``mlflow.sharedViewState.<key>``
+#: that a URL with ``viewStateShareKey=<key>`` applies (``pipeline.tracking.view``).
+VIEW_KEY = "headline"
 #: The run tag that lists the tables MLflow's UI shows (``MlflowClient.log_table`` sets it).
 TAG_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
 TABLE_FILE = "per_query_table.json"  # a run's per-query table, as the UI and mlflow.load_table read it
@@ -207,7 +211,17 @@ def _migrate_into_place(db: Path) -> None:
     try:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        SqlAlchemyStore(f"sqlite:///{tmp}", str(db.parent / "mlartifacts")).engine.dispose()
+        import logging
+
+        # MLflow logs "Creating initial MLflow database tables..." at INFO on its own handler: the
+        # job or sweep has said in its own line that it creates the store (``new_store_note``).
+        chatty = logging.getLogger("mlflow.store.db.utils")
+        level = chatty.level
+        chatty.setLevel(logging.WARNING)
+        try:
+            SqlAlchemyStore(f"sqlite:///{tmp}", str(db.parent / "mlartifacts")).engine.dispose()
+        finally:
+            chatty.setLevel(level)
         os.replace(tmp, db)
     except BaseException as exc:
         for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
@@ -348,22 +362,24 @@ def runs_with_tags(mlflow_client: MlflowClient, exp_id: str, tags: Mapping[str, 
     return mlflow_client.search_runs([exp_id], filter_string=filters, max_results=100)
 
 
-def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
-    """The UI page of a run (or of an experiment's runs table) on the server at ``uri``, in
-    the model-training view."""
-    page = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
-    return f"{redact(uri).rstrip('/')}/{page}?{UI_WORKFLOW}"
+def ui_url(uri: str, experiment_id: str) -> str:
+    """The experiment's runs table on the server at ``uri``, in the model-training view, with
+    the headline columns (:data:`VIEW_KEY`: the objective and its CI, recall, MRR, context
+    utility, the dataset and its digest) shown and the runs sorted by the objective."""
+    page = f"#/experiments/{experiment_id}/runs"
+    return f"{redact(uri).rstrip('/')}/{page}?viewStateShareKey={VIEW_KEY}&{UI_WORKFLOW}"
 
 
-def open_hint(uri: str, experiment_id: str, run_id: str | None = None) -> str:
-    """One line telling the user how to see a run in the UI: for a sqlite store the ``mlflow
+def open_hint(uri: str, experiment_id: str) -> str:
+    """One line telling the user how to see the runs in the UI: for a sqlite store the ``mlflow
     ui`` command with the store's absolute path (it works from any folder) and the page to
-    open; for a server, the run's URL."""
+    open; for a server, the page's URL. The page is the experiment's runs table
+    (:func:`ui_url`); a run's name there opens its page."""
     db = sqlite_path(uri)
     if db is None:
-        return f"open it: {ui_url(uri, experiment_id, run_id)}"
+        return f"open it: {ui_url(uri, experiment_id)}"
     return (f"open it: mlflow ui --backend-store-uri sqlite:///{db.resolve()}   then "
-            f"{ui_url('http://127.0.0.1:5000', experiment_id, run_id)}")
+            f"{ui_url('http://127.0.0.1:5000', experiment_id)}")
 
 
 def new_store_note(uri: str) -> str | None:

@@ -1,10 +1,12 @@
-"""What a newcomer sees in the MLflow UI after one run: headless Chromium (Playwright) against a
-real server, from a fresh browser profile (nothing preloaded: no stored UI settings).
+"""What a newcomer sees in the MLflow UI after a run and a sweep: headless Chromium (Playwright)
+against a real server, from a fresh browser profile (nothing preloaded: no stored UI settings).
 
-The newcomer opens the link the run printed, sees the run page in MLflow's model-training
-view with the run's description, closes the Assistant panel (one click), opens the runs table
-and adds metric columns (the Columns button: MLflow shows none by default), then the Model
-metrics tab (the K-sweep curves) and the per-query table artifact.
+The newcomer opens the link the run printed: the experiment's runs table in MLflow's
+model-training view, with the headline columns already there (the dataset and its digest, k,
+the objective and its 95% CI, recall_at_k, mrr, context_utility_at_k: the experiment's shared
+view, ``pipeline.tracking.view``) and no click that picks columns; closes the Assistant panel
+(one click); clicks the run's name for its page and description, then the Model metrics tab
+(the K-sweep curves) and the per-query table artifact.
 
 Screenshots go to tmp_path; with UPDATE_SCREENSHOTS=1 they also refresh the README's
 docs/img/mlflow_{runs,run,curves,per_query}.png.
@@ -29,8 +31,10 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-#: Metric columns the newcomer adds to the runs table (README: the Columns button).
-TABLE_METRICS = ("ndcg_at_10", "recall_at_10", "mrr", "context_utility_at_10")
+#: The runs table's columns without any click (the objective, its CI, the headline at each run's k).
+TABLE_METRICS = ("ndcg_at_10", "ndcg_at_10_ci_low", "ndcg_at_10_ci_high", "recall_at_k", "mrr", "context_utility_at_k")
+#: A small sweep logged too, so that the table (and its screenshot) compares runs.
+SWEEP = ("-m", "reorder=none,lost_in_the_middle", "k=3,5")
 N_CURVES = 6  # curve/{precision,recall,ndcg,map,mrr,context_utility}
 RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \(", re.M)
 OPEN_LINE = re.compile(r"^open it: (?P<url>http://\S+)$", re.M)
@@ -55,18 +59,36 @@ def _save(page, tmp_path: Path, name: str) -> Path:
     return shot
 
 
-def test_a_newcomer_sees_the_run_its_curves_description_and_per_query_table(mlflow_server, run_pipeline, tmp_path):
+def _cell(page, run_id: str, key: str):
+    """The runs table's cell of a run (its row id is the run id) in a column (``metrics.`mrr```)."""
+    return page.locator(f'[role="row"][row-id="{run_id}"] [role="gridcell"][col-id="{key}"]').first
+
+
+def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_table(mlflow_server, run_pipeline,
+                                                                                     tmp_path):
     from mlflow import MlflowClient
     from playwright.sync_api import expect, sync_playwright
 
     proc = run_pipeline("tracking=server", f"tracking.uri={mlflow_server.uri}")
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     run_id = RUN_LINE.search(proc.stdout)["run_id"]
-    exp_id = MlflowClient(tracking_uri=mlflow_server.uri).get_run(run_id).info.experiment_id
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    run = client.get_run(run_id)
+    exp_id = run.info.experiment_id
     link = OPEN_LINE.search(proc.stdout)
     assert link, proc.stdout
-    assert link["url"] == f"{mlflow_server.uri}/#/experiments/{exp_id}/runs/{run_id}?workflowType=machine_learning"
-    base = mlflow_server.uri
+    # Every printed link: the experiment's runs table, model-training view, the headline view.
+    table_url = f"{mlflow_server.uri}/#/experiments/{exp_id}/runs?viewStateShareKey=headline&workflowType=machine_learning"
+    assert link["url"] == table_url
+    sweep = run_pipeline(*SWEEP, "tracking=server", f"tracking.uri={mlflow_server.uri}",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert sweep.returncode == 0, f"exit {sweep.returncode}\n{sweep.stdout[-3000:]}\n{sweep.stderr[-3000:]}"
+    assert [m["url"] for m in OPEN_LINE.finditer(sweep.stdout)] == [table_url]
+    # Params worth comparing: no Hydra _target_, the options chosen instead.
+    assert not [key for key in run.data.params if "_target_" in key]
+    assert run.data.params["retriever"] == "bm25" and run.data.params["reorder"] == "none"
+    metrics = run.data.metrics
+    digest = run.inputs.dataset_inputs[0].dataset.digest
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
@@ -75,13 +97,44 @@ def test_a_newcomer_sees_the_run_its_curves_description_and_per_query_table(mlfl
         expect.set_options(timeout=UI_TIMEOUT_MS)
         page = context.new_page()
         try:
-            # 1. The printed link: the run's page, model-training view, the description.
+            # 1. The printed link: the runs table with the headline columns, without any click.
             assert context.storage_state() == {"cookies": [], "origins": []}  # nothing stored, nothing preloaded
             page.goto(link["url"])
-            expect(page.get_by_role("heading", name=RUN_NAME).first).to_be_visible()
+            expect(page.get_by_role("heading", name="Runs", exact=True).first).to_be_visible()
             nav = page.get_by_role("link", name="Models", exact=True)  # the model-training sidebar
             expect(nav.first).to_be_visible()
             expect(page.get_by_text("Evaluation runs", exact=True)).to_have_count(0)  # a GenAI sidebar item
+            expect(page.get_by_role("link", name=RUN_NAME, exact=True).first).to_be_visible()
+            close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
+            if close.count():  # the Assistant panel opens on the first visit: one click closes it
+                close.first.click()
+            for metric in TABLE_METRICS:
+                expect(page.get_by_role("columnheader").filter(
+                    has_text=re.compile(rf"^\s*{re.escape(metric)}\s*$")).first).to_be_visible()
+            for name in ("Dataset", "k"):
+                expect(page.get_by_role("columnheader").filter(has_text=re.compile(rf"^\s*{name}\s*$")).first
+                       ).to_be_visible()
+            # The run's row: the objective's value as logged, its CI, the headline at its k.
+            for column, key in (("ndcg_at_10", "ndcg_at_10"), ("ndcg_at_10_ci_low", "ndcg_at_10_ci_low"),
+                                ("recall_at_k", "recall_at_10"), ("context_utility_at_k", "context_utility_at_10")):
+                cell = _cell(page, run_id, f"metrics.`{column}`")
+                expect(cell).to_be_visible()
+                assert float(cell.inner_text().strip()) == pytest.approx(metrics[key], rel=1e-12, abs=1e-12)
+            expect(_cell(page, run_id, "attributes.`Dataset`")).to_contain_text(f"sample ({digest[:8]}")
+            expect(_cell(page, run_id, "params.`k`")).to_have_text("10")
+            page.wait_for_timeout(1000)
+            _save(page, tmp_path, "mlflow_runs.png")
+
+            # 2. The run's name opens its page. MLflow 3.17 shows a run in its GenAI look until the
+            #    browser is told otherwise: one click on "Model training" (it remembers that), which
+            #    goes back to the experiment; the run's name again.
+            page.get_by_role("link", name=RUN_NAME, exact=True).first.click()
+            expect(page.get_by_role("heading", name=RUN_NAME).first).to_be_visible()
+            if page.get_by_text("Evaluation runs", exact=True).count():
+                page.get_by_text("Model training", exact=True).first.click()
+                page.get_by_role("link", name=RUN_NAME, exact=True).first.click()
+                expect(page.get_by_role("heading", name=RUN_NAME).first).to_be_visible()
+            expect(page.get_by_text("Evaluation runs", exact=True)).to_have_count(0)  # the model-training look
             # The description: the dataset and headline metrics in its first lines, shown at once;
             # the settings, the curves' step and the artifacts below them ("Show more").
             expect(page.get_by_text(re.compile(r"^On sample \(52 queries, 171 documents\), at k = 10: nDCG 0\.\d{4}"))
@@ -89,33 +142,10 @@ def test_a_newcomer_sees_the_run_its_curves_description_and_per_query_table(mlfl
             expect(page.get_by_text("Show more", exact=True).first).to_be_visible()
             for text in ("step = K", "plots/k_sweep.png", "per_query_table.json"):
                 expect(page.get_by_text(text, exact=True).first).to_be_attached()
-            close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
-            if close.count():  # the Assistant panel opens on the first visit: one click closes it
-                close.first.click()
             page.wait_for_timeout(1000)
             _save(page, tmp_path, "mlflow_run.png")
 
-            # 2. The runs table lists the run; the Columns button adds metric columns.
-            page.goto(f"{base}/#/experiments/{exp_id}/runs?workflowType=machine_learning")
-            expect(page.get_by_role("heading", name="Runs", exact=True).first).to_be_visible()
-            expect(page.get_by_role("link", name=RUN_NAME, exact=True).first).to_be_visible()
-            page.get_by_role("button", name="Columns").click()
-            for metric in TABLE_METRICS:  # type its name, tick its box (the list filters as one types)
-                page.get_by_placeholder("Search columns").fill(metric)
-                node = page.locator(".du-bois-light-tree-treenode").filter(
-                    has_text=re.compile(rf"^\s*{re.escape(metric)}\s*$"))
-                expect(node).to_have_count(1)
-                page.wait_for_timeout(500)
-                node.locator(".du-bois-light-tree-checkbox").click()
-                expect(node.locator(".du-bois-light-tree-checkbox-checked")).to_have_count(1)
-            page.keyboard.press("Escape")
-            for metric in TABLE_METRICS:
-                expect(page.get_by_role("columnheader").filter(has_text=metric).first).to_be_visible()
-            page.wait_for_timeout(1000)
-            _save(page, tmp_path, "mlflow_runs.png")
-
             # 3. The Model metrics tab draws the K-sweep curves, curve/precision among them.
-            page.goto(link["url"])
             page.get_by_role("tab", name="Model metrics").click()
             expect(page).to_have_url(re.compile(rf"#/experiments/{exp_id}/runs/{run_id}/model-metrics"))
             card = page.get_by_test_id("experiment-view-compare-runs-card").filter(has_text="curve/precision")

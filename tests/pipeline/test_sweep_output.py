@@ -1,0 +1,91 @@
+"""What a sweep prints on a non-terminal: one line per job, then its summary (issue 25).
+
+The README's flagship sweep (18 jobs: retriever x reorder x k on the bundled sample) must
+print at most 18 + 20 lines, stdout and stderr together, into a new store (the worst case:
+the "creating a new store" note, the parent run and its link); each job's stage times stay
+in its ``pipeline.log``; the judged-coverage warning is printed once for the sweep. ``-v``
+(or ``verbose=true``) brings back every job's full block.
+
+The dense retriever encodes the sample's 171 documents once per cache folder: the module
+shares one cache folder between its sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FLAGSHIP = ["retriever=bm25,dense,hybrid", "reorder=none,lost_in_the_middle", "k=3,5,10"]
+N_JOBS = 18
+JOB_LINE = re.compile(r"^#(?P<num>\d+) (?P<name>[^:]+): ndcg_at_10 (?P<ndcg>0\.\d{4}), recall_at_(?P<k>\d+) 0\.\d{4}, "
+                      r"mrr 0\.\d{4}, context_utility_at_(?P=k) 0\.\d{4}$")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
+    env.update(MLFLOW_DISABLE_TELEMETRY="true", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sweep_output_cache")
+
+
+def _sweep(root: Path, cache: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``python -m pipeline -m ARGS`` with stdout and stderr as pipes (not a terminal), and
+    every line it printed, both streams together."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "-m", *args, f"paths.root={root}", f"cache_dir={cache}"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc, proc.stdout.splitlines() + proc.stderr.splitlines()
+
+
+@pytest.mark.slow
+def test_the_flagship_sweep_prints_one_line_per_job_then_its_summary(tmp_path, cache_dir):
+    proc, lines = _sweep(tmp_path / "out", cache_dir, *FLAGSHIP)
+    text = "\n".join(lines)
+    assert len(lines) <= N_JOBS + 20, f"{len(lines)} lines:\n{text}"
+    jobs = [m for line in lines if (m := JOB_LINE.match(line))]
+    assert sorted(int(m["num"]) for m in jobs) == list(range(N_JOBS)), text  # each job: exactly one line
+    assert {m["k"] for m in jobs} == {"3", "5", "10"}
+    # The numbers on a job's line are the job's own (its record).
+    sweep = next((tmp_path / "out" / "multirun").glob("*/*"))
+    for m in jobs:
+        metrics = json.loads((sweep / m["num"] / "results" / "metrics.json").read_text())["metrics"]
+        assert m["ndcg"] == f"{metrics['ndcg_at_10']:.4f}"
+    # Stage times and per-job blocks: in each job's pipeline.log, not on the console.
+    assert "[pipeline.job][INFO]" not in text
+    assert not [line for line in lines if line.startswith(("results: ", "MLflow run ", "  ndcg_at_"))]
+    assert all("[pipeline.job][INFO] - retrieve:" in (sweep / str(n) / "pipeline.log").read_text()
+               for n in range(N_JOBS))
+    assert not re.search(r"\[HYDRA\]\s+#\d+ : ", text)  # the launcher's own line per job is gone
+    # The judged-coverage warning: once, for the sweep (every sample job is below 0.9).
+    warnings = [line for line in lines if "judged_at_10" in line and "biased low" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: judged_at_10 < 0.9 in 18 of 18 jobs"), text
+    assert "pool them" in warnings[0]  # the bundled sample is this project's own: pooling is possible
+    # The summary names the distinct results and ends with the runs table's link.
+    assert "ndcg_at_10: 3 distinct results among 18 jobs" in text
+    assert re.search(r"^open it: mlflow ui .*#/experiments/\d+/runs\?viewStateShareKey=headline&workflowType="
+                     r"machine_learning$", lines[-1]), lines[-1]
+
+
+def test_verbose_brings_back_every_jobs_block(tmp_path, cache_dir):
+    for flag in ("-v", "verbose=true"):
+        _, lines = _sweep(tmp_path / flag.strip("-").replace("=", "_"), cache_dir, "k=3,5", "tracking=none", flag)
+        text = "\n".join(lines)
+        assert len([line for line in lines if line.startswith("results: ")]) == 2, text
+        assert len(re.findall(r"\[pipeline\.job\]\[INFO\] - retrieve: ", text)) == 2, text
+        assert len(re.findall(r"\[HYDRA\]\s+#\d+ : ", text)) == 2, text  # the launcher's line per job
+        assert len([line for line in lines if line.startswith("warning: judged_at_10 = ")]) == 2, text
+        assert not any(JOB_LINE.match(line) for line in lines)
