@@ -257,7 +257,10 @@ def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], se
     context.enable_progress_bars = stderr_is_terminal()
     actors = actor_count(ray, settings, len(texts), batch_size)
     block = max(batch_size, min(MAX_BLOCK_ROWS, math.ceil(len(texts) / (4 * actors))))
-    table = pa.table({"row": np.arange(len(texts), dtype=np.int64), "text": pa.array(texts, pa.string())})
+    # Longest first, as sentence-transformers orders one call's texts: a batch then pads to
+    # texts of about its own length instead of to the longest of a random batch.
+    order = np.argsort([-len(t) for t in texts], kind="stable").astype(np.int64)
+    table = pa.table({"row": order, "text": pa.array([texts[i] for i in order], pa.string())})
     blocks = [table.slice(start, block) for start in range(0, len(texts), block)]
     log.info("%s: %d texts in %d blocks, %d actor(s) (num_cpus %g, num_gpus %g), batches of %d", label, len(texts),
              len(blocks), actors, settings.num_cpus, settings.num_gpus, batch_size)
