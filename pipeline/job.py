@@ -149,7 +149,8 @@ def _record(settings: Settings, ctx: JobContext, collection: Collection, retriev
         "experiment": settings.experiment or collection.name,
         "run_name": run_name,
         "params": {key: tracking.redact(value) for key, value in config.flatten(config.resolved(settings.config)).items()},
-        "metrics": {**scores.metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()}},
+        "metrics": {**scores.metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()},
+                    **retrieved.report},  # e.g. chroma_recall_at_k, external_failed_queries, run_unknown_docs
         "curves": {f"curve/{family}": values.tolist() for family, values in scores.curves.items()},
         **({"stepped": scores.stepped} if scores.stepped else {}),  # budget curves, step = B tokens
         "tags": {**_tags(ctx, names, retrieved.cache_hit, sweep), "judged_only": str(settings.judged_only).lower()},

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -123,21 +123,31 @@ def chunk(settings: Settings, collection: Collection) -> chunkers.ChunkStage | N
 @dataclass(frozen=True)
 class Retrieved:
     """The document ranking that is scored, the ranking that is placed (the chunks' for a
-    chunked run, else the same), and whether the ranking came from the cache."""
+    chunked run, else the same), whether the ranking came from the cache, and the retriever's
+    own numbers when it computed the ranking (its ``report``: e.g. Chroma's recall against
+    exact search, the user retriever's failed queries; logged as metrics of the run)."""
 
     ranking: Ranking
     placed_from: Ranking
     cache_hit: bool
+    report: dict[str, float] = field(default_factory=dict)
 
 
-def retrieve(settings: Settings, collection: Collection, depth: int) -> tuple[Ranking, bool]:
-    """The retriever's Ranking of ``collection`` at ``depth``, from the on-disk cache when it has one."""
+def retrieve(settings: Settings, collection: Collection, depth: int,
+             report: dict[str, float] | None = None) -> tuple[Ranking, bool]:
+    """The retriever's Ranking of ``collection`` at ``depth``, from the on-disk cache when it
+    has one. ``report`` receives the numeric entries of the retriever's ``report`` when the
+    ranking was computed (a cache hit computes nothing to report)."""
     retriever = computing(lambda: instantiate(settings.retriever))
     key = {"collection": collection.digest, "retriever": retriever.cache_key(), "depth": depth}
 
     def compute() -> Ranking:
         retriever.index(collection.doc_ids, collection.doc_texts)
-        return retriever.search(collection.query_ids, collection.query_texts, depth)
+        ranking = retriever.search(collection.query_ids, collection.query_texts, depth)
+        if report is not None:
+            report.update({name: float(value) for name, value in (getattr(retriever, "report", None) or {}).items()
+                           if isinstance(value, (int, float)) and not isinstance(value, bool)})
+        return ranking
 
     # A cache_key() of None: never cached (the user's own retriever without retriever.version).
     return load_or_compute_ranking(
@@ -154,9 +164,9 @@ def check_evaluable(settings: Settings, collection: Collection) -> None:
         raise InputError(f"{collection.name} ({collection.source}): {problem}")
 
 
-#: The deepest cut-off allowed past the corpus size (trec_eval's deepest default cut-off):
-#: metrics past the corpus only repeat, and every K costs a column per query.
-MAX_CUTOFF = 1000
+#: The deepest cut-off allowed past the corpus size (ten times trec_eval's deepest default
+#: cut-off): metrics past the corpus only repeat, and every K costs a column per query.
+MAX_CUTOFF = 10_000
 
 
 def check_cutoffs(settings: Settings, collection: Collection) -> None:
@@ -177,12 +187,13 @@ def retrieve_documents(settings: Settings, collection: Collection, stage: chunke
     check_evaluable(settings, collection)
     check_cutoffs(settings, collection)
     depth = min(max(settings.k, settings.k_max), collection.n_docs)
+    report: dict[str, float] = {}
     if stage is None:
-        ranking, hit = retrieve(settings, collection, depth)
-        return Retrieved(ranking, ranking, hit)
-    chunk_ranking, hit = retrieve(settings, stage.collection, stage.depth(depth))
+        ranking, hit = retrieve(settings, collection, depth, report)
+        return Retrieved(ranking, ranking, hit, report)
+    chunk_ranking, hit = retrieve(settings, stage.collection, stage.depth(depth), report)
     folded = computing(lambda: chunkers.fold_ranking(stage, chunk_ranking.doc_idx, chunk_ranking.scores, depth))
-    return Retrieved(Ranking(*folded), chunk_ranking, hit)
+    return Retrieved(Ranking(*folded), chunk_ranking, hit, report)
 
 
 # --------------------------------------------------------------------------- place

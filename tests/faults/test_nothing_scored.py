@@ -215,8 +215,8 @@ def test_a_cut_off_of_a_billion_is_refused_before_anything_is_allocated(tmp_path
     done = _job(tmp_path, "k=1000000000", "k_max=1000000000")
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert _errors(done.stderr) == [
-        "error: k_max=1000000000 (k=1000000000) is past the corpus (171 documents) and past 1000: metrics there only "
-        "repeat; use k_max <= 1000"]
+        "error: k_max=1000000000 (k=1000000000) is past the corpus (171 documents) and past 10000: metrics there "
+        "only repeat; use k_max <= 10000"]
     assert "MemoryError" not in done.stderr and "Traceback" not in done.stderr
     ok = _job(tmp_path / "deep", "k=1000", "k_max=1000")  # trec_eval's deepest cut-off stays allowed
     assert ok.returncode == 0, ok.stderr[-2000:]

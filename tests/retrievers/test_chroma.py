@@ -139,3 +139,17 @@ def test_another_encoder_than_the_collections_is_refused(loaded):
     retriever.index(["d"], ["t"])
     with pytest.raises(InputError, match="was embedded with .* not with this retriever's encoder"):
         retriever.search(["q"], ["x"], 3)
+
+
+def test_a_job_on_chroma_logs_the_recall_against_exact_search_as_a_metric(loaded, tmp_path):
+    import json
+
+    import pipeline
+
+    job = pipeline.run_job(["retriever=chroma", "retriever.host=127.0.0.1", f"retriever.port={loaded['port']}",
+                            "retriever.collection=sample", "retriever.show_progress_bar=false",
+                            f"cache_dir={loaded['cache']}", "tracking=none", f"hydra.run.dir={tmp_path / 'job'}"])
+    metrics = json.loads((tmp_path / "job" / "results" / "record.json").read_text())["metrics"]
+    assert 0.9 <= metrics["chroma_recall_at_k"] <= 1.0  # HNSW on 171 documents: (nearly) exact
+    assert metrics["chroma_recall_queries"] == 52 and metrics["chroma_recall_k"] == 20  # depth: k_max = 20
+    assert job.record["metrics"]["chroma_recall_at_k"] == metrics["chroma_recall_at_k"]
