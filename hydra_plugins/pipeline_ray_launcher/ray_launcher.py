@@ -113,10 +113,15 @@ class RayLauncher(Launcher):
                 except ray.exceptions.RayError as err:  # its worker died, or Ray lost it: that job failed
                     returns.append(self.lost_job(initial_job_idx + idx, overrides, err))
         except BaseException:  # Ctrl-C: the jobs not yet finished are not left running on the cluster
+            # Only the pending ones: cancelling a task that is completing races inside Ray's core
+            # worker (2.60 aborts the process: "Tried to complete task that was not pending").
+            done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
             for ref in refs:
+                if ref in done:
+                    continue
                 try:
                     ray.cancel(ref, force=True)
-                except Exception:  # finished, or already gone
+                except Exception:  # finished meanwhile, or already gone
                     pass
             raise
         for ret in returns:

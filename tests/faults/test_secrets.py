@@ -111,13 +111,14 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(auth_server, tmp_path
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert job.returncode == 0, job.stderr[-3000:]
     swept = subprocess.run(
-        [sys.executable, "-m", "pipeline", "-m", "k=3,5", "tracking=server", f"tracking.uri={uri_with_password}",
+        [sys.executable, "-m", "pipeline", "-m", "k=3,5", "verbose=true", "tracking=server",
+         f"tracking.uri={uri_with_password}",
          f"paths.root={tmp_path / 'out'}", f"hydra.sweep.dir={sweep}"],
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert swept.returncode == 0, swept.stderr[-3000:]
     for proc in (job, swept):
         assert password not in proc.stdout + proc.stderr
-    assert "alice\\:***@" in swept.stdout  # the launcher's line of each job's overrides (Hydra escapes ":")
+    assert "alice\\:***@" in swept.stdout  # verbose: the launcher's line of each job's overrides (Hydra escapes ":")
     # every file the job and the sweep wrote, and every artifact the server stores
     assert _files_without(password, tmp_path) > 40
     assert (tmp_path / "job" / ".hydra" / "overrides.yaml").read_text().count("alice:***@") == 1

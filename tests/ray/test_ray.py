@@ -228,6 +228,9 @@ def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ra
 
 
 def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path):
+    """One job encodes the sample on Ray, a local retriever then reads its cache (the engine is
+    not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
+    equals the golden dense job's (tests/golden, recorded with in-process encoding)."""
     from hydra import compose, initialize_config_dir
 
     from pipeline.job import run
@@ -235,27 +238,26 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
 
     ids, texts = sample_texts()
     cache = tmp_path / "cache"
-    on_ray = DenseRetriever(cache_dir=cache, encode={"engine": "ray", "concurrency": 2, "batch_size": 16})
-    on_ray.index(ids, texts)
-    assert on_ray.last_cache_hits["docs"] is False
-    local = DenseRetriever(cache_dir=None).encode(texts)
-    assert on_ray.doc_embeddings.shape == local.shape == (171, 384)
-    assert float(np.abs(on_ray.doc_embeddings - local).max()) <= 1e-5
 
-    again = DenseRetriever(cache_dir=cache)  # engine local: the engine is not part of the key
-    again.index(ids, texts)
-    assert again.last_cache_hits["docs"] is True
-    np.testing.assert_array_equal(again.doc_embeddings, on_ray.doc_embeddings)
-
-    def ndcg(engine: str, root: Path) -> float:
+    def ndcg(engine: str) -> float:
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             cfg = compose("config", overrides=["retriever=dense", f"retriever.encode.engine={engine}",
-                                               f"paths.root={root}", "tracking=none"])
+                                               "retriever.encode.concurrency=2", "retriever.encode.batch_size=16",
+                                               f"paths.root={tmp_path / engine}", f"cache_dir={cache}",
+                                               "tracking=none"])
         return run(cfg)
 
-    on_ray_ndcg = ndcg("ray", tmp_path / "ray")
-    assert on_ray_ndcg == pytest.approx(ndcg("local", tmp_path / "local"), abs=1e-9)
-    assert ndcg("local", tmp_path / "ray") == pytest.approx(on_ray_ndcg, abs=1e-12)  # the Ray job's caches
+    golden = json.loads((ROOT / "tests" / "golden" / "expected" / "numbers.json").read_text())
+    on_ray_ndcg = ndcg("ray")
+    assert on_ray_ndcg == pytest.approx(golden["dense"]["metrics.json"]["metrics"]["ndcg_at_10"], abs=1e-9)
+
+    again = DenseRetriever(cache_dir=cache)  # engine local: a cache hit on what Ray wrote
+    again.index(ids, texts)
+    assert again.last_cache_hits["docs"] is True
+    local = DenseRetriever(cache_dir=None).encode(texts)
+    assert again.doc_embeddings.shape == local.shape == (171, 384)
+    assert float(np.abs(again.doc_embeddings - local).max()) <= 1e-5
+    assert ndcg("local") == pytest.approx(on_ray_ndcg, abs=1e-12)  # the Ray job's caches, read by a local job
 
 
 def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path):
