@@ -5,7 +5,12 @@ from __future__ import annotations
 #: Test files that take minutes on a fresh machine (MiniLM encodes SciFact), run first: with
 #: ``-n 2 --dist loadfile`` one worker starts on them at once while the other takes the rest,
 #: instead of one worker meeting them last and the suite waiting for it.
-FIRST = ("tests/retrievers/test_scifact.py", "tests/golden/test_golden.py")
+#: After them the files that take a minute or more anyway (servers, Ray, many sweeps), so the
+#: last minutes hold short files that both workers share.
+FIRST = ("tests/retrievers/test_scifact.py", "tests/golden/test_golden.py", "tests/ray/test_ray.py",
+         "tests/faults/test_team_server.py", "tests/faults/test_secrets.py", "tests/pipeline/test_app.py",
+         "tests/test_processes.py", "tests/faults/test_tracking_faults.py", "tests/pipeline/test_sweep_output.py",
+         "tests/faults/test_sync_store.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

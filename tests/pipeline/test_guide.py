@@ -201,8 +201,8 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
 
 
 def test_the_readme_sample_output_is_what_the_job_prints(tmp_path):
-    """README, "Quick start": the bundled sample with BM25 at k = 10, and the sweep's "best:"
-    line, whose four jobs all rank the same documents as this job (same ranking, same seed)."""
+    """README, "Quick start": the bundled sample with BM25 at k = 10; README, "Sweeps": the
+    sweep's "best:" line, which a job with the best's settings prints alone (same seed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path / 'out'}",
@@ -219,12 +219,20 @@ def test_the_readme_sample_output_is_what_the_job_prints(tmp_path):
     warning = [line for line in shown if line.startswith("warning:")]
     assert warning and warning[0] in printed
 
-    metrics = json.loads((tmp_path / "job" / "results" / "metrics.json").read_text())["metrics"]
+    # The sweep's best job, k5 litm, run alone with the sweep's objective: the same number and CI.
+    best_job = subprocess.run(
+        [sys.executable, "-m", "pipeline", "tracking=none", "k=5", "reorder=lost_in_the_middle",
+         "objective=context_utility_at_k", f"paths.root={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'best'}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert best_job.returncode == 0, best_job.stderr[-3000:]
+    metrics = json.loads((tmp_path / "best" / "results" / "metrics.json").read_text())["metrics"]
     sweep_out = _code_blocks(_section(_readme(), "Sweeps"))[1]
-    best = re.search(r"ndcg_at_10 (\S+) \[95% CI (\S+), (\S+)\]", sweep_out)
+    best = re.search(r"context_utility_at_k (\S+) \[95% CI (\S+), (\S+)\]", sweep_out)
     assert best, sweep_out
     assert [float(v) for v in best.groups()] == pytest.approx(
-        [metrics["ndcg_at_10"], metrics["ndcg_at_10_ci_low"], metrics["ndcg_at_10_ci_high"]], abs=5e-5)
+        [metrics["context_utility_at_k"], metrics["context_utility_at_k_ci_low"],
+         metrics["context_utility_at_k_ci_high"]], abs=5e-5)
 
 
 def test_an_experiment_made_by_an_older_version_gets_the_model_training_kind(store):
