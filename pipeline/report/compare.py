@@ -407,7 +407,8 @@ def write_report(report: Report, out: str | Path) -> list[Path]:
         "per_query_diff.png": plots.per_query_diff_figure(
             {m: {name: x[i] - x[report.names.index(d["baseline"])] for i, name in enumerate(report.names)
                  if name != d["baseline"]} for m, x in report.matrices.items()},
-            d["baseline"], f"Per-query differences to the baseline, sorted ({d['n_queries']} queries)"),
+            d["baseline"], f"Per-query differences to the baseline, sorted ({d['n_queries']} queries)",
+            query_ids=report.query_ids),
     }
     if d["main_effects"]:
         figures["main_effects.png"] = plots.main_effects_figure(d["main_effects"], "Main effects of the swept factors")

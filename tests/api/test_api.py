@@ -266,3 +266,24 @@ def test_pipeline_compare_called_equals_the_api_function(tmp_path):
     assert via_module.data == direct.data
     means = {row["name"]: row["mean"] for row in via_module.data["comparisons"][0]["systems"]}
     assert means == {"a": pytest.approx(0.75), "b": pytest.approx(1.0)}  # a: ranks 1 and 2; b: ranks 1 and 1
+
+
+def test_the_compare_reports_per_query_figure_names_the_queries(tmp_path, monkeypatch):
+    from pipeline.report import figures
+
+    drawn = []
+    original = figures.per_query_diff_figure
+
+    def spy(*args, **kwargs):
+        fig = original(*args, **kwargs)
+        drawn.append((kwargs.get("query_ids"), {t.get_text() for ax in fig.axes for t in ax.texts}))
+        return fig
+
+    monkeypatch.setattr(figures, "per_query_diff_figure", spy)
+    qrels = {"q1": {"d1": 1}, "q2": {"d2": 1}, "q3": {"d3": 1}}
+    a = pipeline.evaluate(qrels, {"q1": {"d1": 2.0, "x": 1.0}, "q2": {"x": 2.0, "d2": 1.0}, "q3": {"x": 1.0}}, name="a")
+    b = pipeline.evaluate(qrels, {"q1": {"x": 2.0, "d1": 1.0}, "q2": {"d2": 1.0}, "q3": {"d3": 1.0}}, name="b")
+    pipeline.compare({"a": a, "b": b}, metrics=["mrr"], n_resamples=200, n_permutations=200, out=tmp_path / "r")
+    (query_ids, labels), = drawn
+    assert sorted(query_ids) == ["q1", "q2", "q3"]
+    assert labels == {"q1", "q2", "q3"}  # b - a: q3 +1, q2 +0.5, q1 -0.5: every nonzero difference is named
