@@ -19,3 +19,10 @@ def pytest_collection_modifyitems(session, config, items):
         return FIRST.index(path) if path in FIRST else len(FIRST)
 
     items.sort(key=rank)  # stable: the order within each file, and of the other files, is kept
+
+
+def pytest_configure(config):
+    # pytest-xdist orders the files by their number of tests unless told not to: that put the
+    # slowest files (few tests, minutes each) last on one worker. Keep the order of FIRST.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
