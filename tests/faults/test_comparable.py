@@ -26,6 +26,8 @@ import pytest
 
 from pipeline.report import build_report, load_systems
 
+pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
+
 compare_command = importlib.import_module("pipeline.compare")  # the module: the package also has a compare name
 
 ROOT = Path(__file__).resolve().parents[2]

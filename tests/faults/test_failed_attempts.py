@@ -22,6 +22,8 @@ import pytest
 from pipeline import tracking
 from pipeline.io import results as res
 
+pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
 

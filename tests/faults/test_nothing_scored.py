@@ -23,6 +23,8 @@ import pytest
 
 from pipeline.metrics import judged_warning
 
+pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
 QRELS = SAMPLE / "qrels" / "test.tsv"

@@ -80,6 +80,7 @@ def test_the_flagship_sweep_prints_one_line_per_job_then_its_summary(tmp_path, c
                      r"machine_learning$", lines[-1]), lines[-1]
 
 
+@pytest.mark.slow  # a 4-job sweep
 def test_verbose_brings_back_every_jobs_block(tmp_path, cache_dir):
     for flag in ("-v", "verbose=true"):
         _, lines = _sweep(tmp_path / flag.strip("-").replace("=", "_"), cache_dir, "k=3,5", "tracking=none", flag)
