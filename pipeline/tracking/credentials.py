@@ -16,16 +16,20 @@ _SCHEME = r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*\\?://)"
 _URL_USERINFO = re.compile(_SCHEME + r"(?P<user>[^:/?#@\s\\]*)(?P<sep>\\?:)(?P<secret>[^@/?#\s]*)@")
 _URL_TOKEN = re.compile(_SCHEME + r"(?!\*\*\*@)[^:/?#@\s\\]+@")
 _URL_ANY_USERINFO = re.compile(_SCHEME + r"[^/?#@\s]*@")
+# A secret in a URL's query string (?token=..., &api_key=...), also with Hydra's escaped "=".
+_QUERY_SECRET = re.compile(r"(?P<name>[?&](?:access_token|token|api[_-]?key|password|passwd|secret|signature|sig)"
+                           r"\\?=)(?P<secret>[^&#\s]+)", re.IGNORECASE)
 _STATUS_IN_MESSAGE = re.compile(r"\berror code (401|403)\b|\b(401|403) Client Error\b")
 
 
 def redact(text: str) -> str:
     """``text`` (a URI, a message, a config dump) with every password hidden: the password of
     a ``scheme://user:password@host`` URL becomes ``***`` (a ``scheme://token@host`` URL's
-    token too), and so does any occurrence of the
+    token too, and a secret query parameter such as ``?token=``), and so does any occurrence of the
     values of :data:`CREDENTIAL_ENV` in this process's environment."""
     text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}{m['sep']}***@", str(text))
     text = _URL_TOKEN.sub(lambda m: f"{m['scheme']}***@", text)  # https://TOKEN@host: the whole user-info
+    text = _QUERY_SECRET.sub(lambda m: f"{m['name']}***" if m["secret"] != "***" else m[0], text)
     for name in CREDENTIAL_ENV:
         secret = os.environ.get(name, "")
         if len(secret) >= 4:  # a one-letter "password" would mangle every message
@@ -38,7 +42,7 @@ def without_credentials(uri: str) -> str:
     that records, markers, sweep files and messages hold. The job reaches the server with the
     URI as given, kept in memory only (``StoreSettings.login``); ``pipeline.sync`` later reads
     the credentials from MLFLOW_TRACKING_USERNAME/PASSWORD, or from its ``--tracking-uri``."""
-    return _URL_ANY_USERINFO.sub(lambda m: m["scheme"], str(uri))
+    return _QUERY_SECRET.sub(lambda m: f"{m['name']}***", _URL_ANY_USERINFO.sub(lambda m: m["scheme"], str(uri)))
 
 
 def http_status(exc: BaseException) -> int | None:

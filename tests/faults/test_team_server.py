@@ -217,6 +217,14 @@ def test_redact_hides_passwords(monkeypatch):
     assert "postgresql://mlflow:***@127.0.0.1:5432/mlflow" in out
     assert out.endswith("at http://127.0.0.1:5000")
     assert redact("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    # a secret in the query string, also as Hydra escapes a sweep's override; other parameters stay
+    assert redact("https://h/api?x=1&token=q-Secret-9&tokens=2") == "https://h/api?x=1&token=***&tokens=2"
+    assert redact("http\\://h/?API_KEY\\=k-Secret-9") == "http\\://h/?API_KEY\\=***"
+    from pipeline.tracking import StoreSettings
+
+    settings = StoreSettings(uri="https://h/mlflow?token=q-Secret-9")
+    assert settings.uri == "https://h/mlflow?token=***" and settings.login == "https://h/mlflow?token=q-Secret-9"
+    assert "q-Secret-9" not in repr(settings) and "q-Secret-9" not in str(settings.as_dict())
 
 
 def test_auth_refusal_names_the_fix(monkeypatch):
