@@ -178,7 +178,9 @@ def _choice(factor: str, metric: str, levels: list[str], inf: Inference, margin:
 def _interactions(x: NDArray[np.float64], names: list[str], factors: Mapping[str, Mapping[str, str]],
                   factor: str, levels: Mapping[str, list[str]], best: str, margin: float, alpha: float,
                   anova: AnovaTable) -> list[str]:
-    """Per other factor: the effect of each level minus the best level within each of its levels."""
+    """Per other factor: the effect of each level minus the best level within each of its levels;
+    one line per other factor where it reverses by more than the margin either way or the ANOVA
+    interaction term is significant (the level that reverses, else the one that varies most)."""
     out = []
     values = factors[factor]
     for other in levels:
@@ -196,15 +198,19 @@ def _interactions(x: NDArray[np.float64], names: list[str], factors: Mapping[str
             continue
         row = anova.row(f"{factor}:{other}") or anova.row(f"{other}:{factor}")
         significant = row is not None and row["p"] is not None and row["p"] <= alpha
+        flagged = []
         for lv in (lv for lv in levels[factor] if lv != best):
             e = {g: v[lv] for g, v in effects.items()}
             flip = max(e.values()) > margin and min(e.values()) < -margin
-            if not (flip or significant):
-                continue
-            what = "changes sign" if max(e.values()) > 0 > min(e.values()) else "changes size"
-            per = ", ".join(f"{v:+.3f} at {other} {g}" for g, v in e.items())
-            why = f"interaction p {row['p']:.2g}" if significant and row is not None else f"beyond ±{margin:g}"
-            out.append(f"{lv} - {best} {what} across {other} ({per}; {why})")
+            if flip or significant:
+                flagged.append((flip, max(e.values()) - min(e.values()), lv, e))
+        if not flagged:
+            continue
+        flip, _, lv, e = max(flagged, key=lambda t: t[:2])  # a reversal first, then the widest spread
+        what = "changes sign" if max(e.values()) > 0 > min(e.values()) else "changes size"
+        per = ", ".join(f"{v:+.3f} at {other} {g}" for g, v in e.items())
+        why = f"interaction p {row['p']:.2g}" if significant and row is not None else f"beyond ±{margin:g} both ways"
+        out.append(f"{lv} - {best} {what} across {other} ({per}; {why})")
     return out
 
 
