@@ -168,6 +168,9 @@ class Inference:
 
     def pair(self, a: str, b: str) -> PairVerdict:
         """The verdict on ``a - b`` (any two of ``names``; twins give diff 0, [0, 0], p 1)."""
+        unknown = [n for n in (a, b) if n not in self.names]
+        if unknown:
+            raise ValueError(f"unknown system {unknown[0]!r} (known: {', '.join(self.names)})")
         i, j = self.names.index(a), self.names.index(b)
         x = self.scores
         if x is None:

@@ -52,6 +52,27 @@ def test_infer_uses_the_tukey_p_values_of_the_distinct_systems():
     assert inf.evidence["e"].to_dict() | {"a": "c"} == inf.evidence["c"].to_dict()
 
 
+def test_tukey_hsd_keeps_its_values_after_the_split_into_ranges_and_p_values():
+    """The permutations of tukey_hsd, written out plainly: stream 2 of the seed permutes each varying
+    query's scores across systems; p = (#{range* >= gap - tol} + 1) / (B + 1)."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 3, (4, 12)) / 2
+    x[:, 0] = 0.5  # a query on which every system ties (left out of the permutations)
+    b, seed = 300, 11
+    varying = (x != x[:1]).any(axis=0)
+    gen = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2,)))
+    perm = gen.permuted(np.broadcast_to(np.arange(4), (b, int(varying.sum()), 4)), axis=2)
+    xv = x[:, varying]
+    ranges = np.array([np.ptp([sum(xv[perm[t, q, s], q] for q in range(xv.shape[1])) for s in range(4)]) / 12
+                       for t in range(b)])
+    gap = np.abs(x.mean(1)[:, None] - x.mean(1)[None, :])
+    expected = ((ranges[None, None, :] >= gap[:, :, None] - 1e-10).sum(axis=2) + 1) / (b + 1)
+    np.fill_diagonal(expected, 1.0)
+    np.testing.assert_array_equal(stats.tukey_hsd(x, n_permutations=b, seed=seed), expected)
+    with pytest.raises(ValueError, match="unknown system"):
+        infer(x, list("abcd"), n_permutations=b).pair("a", "z")
+
+
 @pytest.mark.parametrize("discrete", [True, False])
 def test_interval_excludes_zero_exactly_when_tukey_p_is_at_most_alpha(discrete):
     """On many random matrices, every pair: 0 outside diff +- HSD <=> p <= alpha, and the HSD is
