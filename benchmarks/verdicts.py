@@ -26,10 +26,12 @@ condition keeps the same queries in the permutations; tests/benchmarks/test_verd
 Measured (each rate with its Monte Carlo standard error sqrt(r (1 - r) / reps)):
 
 - ``any_called``: null, how often any pair is called better or worse (goal <= 0.05);
-- ``best_in_set``: system 0 is best by delta; how often it is in the best set (goal >= 0.95);
-- ``equivalent_at_2m``: delta = 2 margins; how often 0 vs 1 is called equivalent (goal <= 0.05);
-- ``power``: how often system 0 is called better than system 1, per n and delta;
-- ``wrong_sign``: how often system 0 is called worse than system 1 (should be ~0).
+- ``best_in_set@Dm``: system 0 is best by delta; how often it is in the best set (goal >= 0.95);
+- ``equivalent@2m``: delta = 2 margins; how often 0 vs 1 is called equivalent (goal <= 0.05);
+  ``equivalent@1m`` (at the margin itself, also <= 0.05 by TOST) and ``equivalent@0m`` (null:
+  how often truly equal systems are shown equivalent, the power of the equivalence test);
+- ``power@Dm``: how often system 0 is called better than system 1, per n and delta;
+- ``wrong_sign@Dm``: how often system 0 is called worse than system 1 (should be ~0).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ def replicate(real: NDArray[np.float64], n_systems: int, n_queries: int, margin:
     best = means.argmax(axis=1)
     off = ~np.eye(n_systems, dtype=bool)
     return {"any_called": [bool((p[0][off] <= alpha).any())],
+            "equivalent_null": [bool(-margin < diff[0] - hsd[0] and diff[0] + hsd[0] < margin)],
             "best_in_set": [bool(best[c] == 0 or p[c, 0, best[c]] > alpha) for c in range(1, len(x))],
             "equivalent": [bool(-margin < diff[c] - hsd[c] and diff[c] + hsd[c] < margin) for c in range(1, len(x))],
             "power": [bool(diff[c] - hsd[c] > 0) for c in range(1, len(x))],
@@ -142,7 +145,7 @@ def measure(real: NDArray[np.float64], *, n_systems: int, n_queries: int, reps: 
             for r in range(reps)]
     col = {key: np.array([run[key] for run in runs]) for key in runs[0]}
     out = {"systems": n_systems, "queries": n_queries, "reps": reps, "any_called": rate(col["any_called"][:, 0]),
-           "hsd_median": float(np.median(col["hsd"]))}
+           "equivalent@0m": rate(col["equivalent_null"][:, 0]), "hsd_median": float(np.median(col["hsd"]))}
     for j, d in enumerate(DELTAS):
         for key in ("best_in_set", "equivalent", "power", "wrong_sign"):
             out[f"{key}@{d:g}m"] = rate(col[key][:, j])
@@ -154,14 +157,16 @@ def markdown(results: dict[str, list[dict]], margin: float) -> str:
     def cell(v: tuple[float, float]) -> str:
         return f"{v[0]:.3f} ± {v[1]:.3f}"
     head = ["data", "systems", "queries", "HSD (median)", "any called, null (<= 0.05)",
-            "true best in set, +1m (>= 0.95)", "equivalent at 2m (<= 0.05)",
-            *(f"power {d:g}m" for d in DELTAS)]
+            "true best in set, +1m (>= 0.95)", "equivalent at 2m (<= 0.05)", "equivalent at 1m",
+            "equivalent, null", *(f"power {d:g}m" for d in DELTAS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for data, rows in results.items():
         for r in rows:
             lines.append("| " + " | ".join([data, str(r["systems"]), str(r["queries"]), f"{r['hsd_median']:.4f}",
                                             cell(r["any_called"]), cell(r["best_in_set@1m"]),
-                                            cell(r["equivalent@2m"]), *(cell(r[f"power@{d:g}m"]) for d in DELTAS)])
+                                            cell(r["equivalent@2m"]), cell(r["equivalent@1m"]),
+                                            cell(r.get("equivalent@0m", (math.nan, math.nan))),
+                                            *(cell(r[f"power@{d:g}m"]) for d in DELTAS)])
                          + " |")
     return "\n".join(lines) + f"\n\nmargin m = {margin:g}; ± is one Monte Carlo standard error."
 
