@@ -167,11 +167,15 @@ def _choice(factor: str, metric: str, levels: list[str], inf: Inference, margin:
     unit = _depth_unit(factor)
     if unit is None or pays_for_depth(metric):
         return None, ""
+    head = f"; {metric} never pays for more {unit}"
     for level in levels:
-        low = 0.0 if level == inf.best else inf.evidence[level].ci_low
-        if low > -margin:
-            return level, (f"; {metric} never pays for more {unit}, so the smallest {factor} within {margin:g} "
-                           f"of the best is {level} (non-inferiority: lower bound {low:+.3f} > -{margin:g})")
+        if level == inf.best:
+            return level, f"{head}, and no smaller {factor} is shown within {margin:g} of the best: {factor} {level}"
+        v = inf.evidence[level]
+        if v.ci_low > -margin:
+            return level, (f"{head}, so the smallest {factor} within {margin:g} of the best is {level} "
+                           f"(non-inferiority: {v.diff:+.3f} [{v.ci_low:+.3f}, {v.ci_high:+.3f}] vs {inf.best}, "
+                           f"lower bound above -{margin:g})")
     return None, ""  # unreachable: the best level always qualifies
 
 

@@ -236,7 +236,7 @@ def test_answer_factors_on_a_known_sweep():
     assert o.line.startswith("reorder: no practical difference (lost_in_the_middle +0.00") and "inside ±0.01" in o.line
     assert k.levels == ["3", "5", "10"] and k.best_level == "10" and k.edge == "largest" and k.ordered
     assert "at the edge of the grid (largest k tried)" in k.line and "still rising" in k.line
-    assert k.choice == "10" and "never pays for more chunks" in k.line
+    assert k.choice == "10" and "never pays for more chunks, and no smaller k is shown within 0.01 of the best: k 10" in k.line
     # the intervals are the evidence's
     j = k.levels.index("3")
     assert (k.ci_low[j], k.ci_high[j]) == (k.evidence["3"].ci_low, k.evidence["3"].ci_high)
