@@ -37,7 +37,9 @@ Sources: Efron & Tibshirani 1993 (bootstrap, BCa); Smucker, Allan & Carterette 2
 (randomization vs t vs Wilcoxon vs sign test in IR); Carterette 2012 and Sakai 2018
 (randomized Tukey HSD); Holm 1979; Benjamini & Hochberg 1995; Sakai 2016 and Webber,
 Moffat & Zobel 2008 (topic-set size, power); McSherry & Najork 2008 (score ties);
-Lakens 2013 (d_z, Hedges' correction). See docs/statistics.md.
+Lakens 2013 (d_z, Hedges' correction); Hsu 1996 (multiple comparisons with the best);
+Schuirmann 1987, Lakens 2017, Wellek 2010 (equivalence, non-inferiority); Montgomery 2017 and
+Sakai 2014 (ANOVA with blocks, standardised effect sizes). See docs/statistics.md.
 """
 
 from __future__ import annotations
