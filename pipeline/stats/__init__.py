@@ -48,7 +48,8 @@ from pipeline.stats.anova import AnovaTable, anova_blocks
 from pipeline.stats.bootstrap import bootstrap_ci, bootstrap_means, ci_from_distribution
 from pipeline.stats.comparison import (BaselineComparison, Comparison, SystemSummary, adjust_report, compare,
                                        compare_metrics, tied_with_best)
-from pipeline.stats.factors import DEPTH_FACTORS, MONOTONE_FAMILIES, FactorAnswer, answer_factors, pays_for_depth
+from pipeline.stats.factors import (DEPTH_FACTORS, FACTOR_WORDS, MONOTONE_FAMILIES, FactorAnswer, answer_factors,
+                                    pays_for_depth)
 from pipeline.stats.inputs import (CORRECTIONS, PAIRED_TESTS, TIE_TOLERANCE, Aligned, CiMethod, Correction, Test, align,
                                    distinct_rows, ndtr, ndtri)
 from pipeline.stats.sensitivity import (minimum_detectable_difference, power_paired_t, queries_needed, tie_bounds,
@@ -59,7 +60,7 @@ from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_siz
 from pipeline.stats.verdicts import (DEFAULT_MARGIN, METHOD, WORDS, Inference, PairVerdict, check_margin, critical_range,
                                      infer, word)
 
-__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "METHOD", "MONOTONE_FAMILIES",
+__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "FACTOR_WORDS", "METHOD", "MONOTONE_FAMILIES",
            "PAIRED_TESTS", "TIE_TOLERANCE", "WORDS", "Aligned", "AnovaTable", "BaselineComparison", "CiMethod",
            "Comparison", "Correction", "FactorAnswer", "Inference", "PairVerdict", "SystemSummary", "Test",
            "adjust_pvalues", "adjust_report", "align", "anova_blocks", "answer_factors", "bootstrap_ci", "bootstrap_means", "check_margin", "ci_from_distribution", "compare", "compare_metrics", "critical_range", "distinct_rows",

@@ -158,8 +158,10 @@ def _edge_text(factor: str, levels: list[str], edge: str, inf: Inference) -> str
     neighbour = levels[-2] if edge == "largest" else levels[1]
     text = f", at the edge of the grid ({edge} {factor} tried)"
     if inf.evidence[neighbour].word == "worse":
-        direction = "rising" if edge == "largest" else "falling"
-        text += f": {inf.metric} is still {direction} at {factor} {inf.best} (try beyond it)"
+        if edge == "largest":
+            text += f": {inf.metric} is still rising at {factor} {inf.best} (try beyond it)"
+        else:
+            text += f": {inf.metric} still rises toward smaller {factor} (try below {inf.best})"
     return text
 
 

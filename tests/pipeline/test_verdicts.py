@@ -15,7 +15,7 @@ import statsmodels.formula.api as smf
 from statsmodels.stats.anova import anova_lm
 
 from pipeline import stats
-from pipeline.stats import anova_blocks, answer_factors, check_margin, infer, pays_for_depth, word
+from pipeline.stats import FACTOR_WORDS, anova_blocks, answer_factors, check_margin, infer, pays_for_depth, word
 from pipeline.stats.verdicts import PairVerdict, critical_range
 
 
@@ -257,6 +257,23 @@ def test_interaction_that_changes_sign_is_flagged():
     assert "at retriever bm25" in o.line
 
 
+def test_smallest_edge_and_an_incomplete_grid():
+    """The best k is the smallest tried; one job failed (no ANOVA), yet a reversal beyond the
+    margin is still flagged from the cells that ran."""
+    x, names, fac = sweep(np.random.default_rng(5))
+    for i, n in enumerate(names):
+        x[i] -= 0.04 * ("k5" in n) + 0.08 * ("k10" in n)  # the grid's k effect was +0.02 a step
+        x[i] += 0.03 if ("litm" in n or "lost" in n) == n.startswith("bm25") else -0.03  # reorder flips by retriever
+    keep = [i for i, n in enumerate(names) if n != "hybrid none k10"]
+    x, names = x[keep], [names[i] for i in keep]
+    answers = answer_factors(x, names, fac, metric="ndcg_at_10", n_permutations=199)
+    k, o = answers[2], answers[1]
+    assert k.best_level == "3" and k.edge == "smallest"
+    assert "at the edge of the grid (smallest k tried): ndcg_at_10 still rises toward smaller k (try below 3)" in k.line
+    assert any("changes sign across retriever" in t and "beyond ±0.01 both ways" in t for t in o.interactions)
+    assert anova_blocks(x, names, fac).note.startswith("incomplete grid")
+
+
 def test_answer_factors_refuses_bad_input():
     x, names, fac = sweep(np.random.default_rng(0), n=5)
     with pytest.raises(ValueError, match="one level"):
@@ -274,4 +291,4 @@ def test_identical_levels_are_no_difference():
     for i, n in enumerate(names):
         x[i] = x[names.index(n.replace("lost_in_the_middle", "none"))]
     o = answer_factors(x, names, fac, metric="ndcg_at_10", n_permutations=99)[1]
-    assert o.word == "no difference" and "ndcg_at_10 cannot see reorder" in o.line
+    assert o.word == "no difference" == FACTOR_WORDS[0] and "ndcg_at_10 cannot see reorder" in o.line
