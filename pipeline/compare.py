@@ -1,7 +1,7 @@
 """Compare retrieval systems on the same queries: ``python -m pipeline.compare SYSTEM SYSTEM ...``.
 
 The systems (``--help`` lists what a SYSTEM can be) and the statistics are
-``pipeline.report``'s; see docs/comparing.md and docs/statistics.md. Writes the report to
+``pipeline.comparison``'s; see docs/comparing.md and docs/statistics.md. Writes the report to
 ``--out``, prints a table (or, with ``--json``, the report and nothing else) on standard
 output. Bad input: one line ``error: FILE[:LINE]: problem`` on standard error, exit status
 2 (systems scored under different definitions too, unless ``--allow-mixed``); a failing
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pipeline.errors import InputError, positive_int
-from pipeline.report import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
+from pipeline.comparison import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
                              format_table, log_report, write_report)
-from pipeline.report.ties import choose_metrics
+from pipeline.comparison.ties import choose_metrics
 from pipeline.tracking import TrackingError  # tracking imports mlflow when it is used, not before
 
 

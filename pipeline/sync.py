@@ -95,7 +95,7 @@ def sync(folders: Sequence[Path], uri: str | None = None, say: Any = print) -> S
 
 def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
     """Close the sweep's parent run unless the store holds it terminated; True when closed now."""
-    from pipeline.report.summary import log_pending, summarize
+    from pipeline.sweep.summary import log_pending, summarize
 
     jobs = res.find_results([sweep_dir])
     if not jobs:

@@ -1,7 +1,7 @@
 """``pipeline.compare``, ``load_collection`` and ``run_job``: the comparison report, a
 configured collection and a configured job, in this process.
 
-- :func:`compare` builds ``python -m pipeline.compare``'s report (``pipeline.report``) from
+- :func:`compare` builds ``python -m pipeline.compare``'s report (``pipeline.comparison``) from
   ``evaluate`` results, ``run_job`` results, job or sweep folders and run files.
 - :func:`load_collection` composes ``conf/`` with Hydra's compose API and loads the dataset
   with the job's own stage (``pipeline.stages.load``): what a job with that dataset loads.
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, Union
 from pipeline.api.evaluation import EvaluationResult
 from pipeline.errors import InputError
 from pipeline.io import results as res
-from pipeline.report import (DEFAULT_METRICS, Report, build_report, format_markdown, format_table, load_system,
+from pipeline.comparison import (DEFAULT_METRICS, Report, build_report, format_markdown, format_table, load_system,
                              load_systems, write_report)
-from pipeline.report.systems import System, check_metrics, name_systems
+from pipeline.comparison.systems import System, check_metrics, name_systems
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -269,7 +269,7 @@ def test_pipeline_compare_called_equals_the_api_function(tmp_path):
 
 
 def test_the_compare_reports_per_query_figure_names_the_queries(tmp_path, monkeypatch):
-    from pipeline.report import figures
+    from pipeline import figures
 
     drawn = []
     original = figures.per_query_diff_figure

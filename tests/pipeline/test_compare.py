@@ -21,7 +21,7 @@ import pytest
 import scipy.stats
 
 from pipeline import compare as compare_command
-from pipeline import report as compare
+from pipeline import comparison as compare
 
 ROOT = Path(__file__).resolve().parents[2]
 QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
@@ -294,7 +294,7 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
 def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
     """read_per_query converts only query_id, evaluated and the metrics asked for;
     what it returns and the errors it names are those of the whole table."""
-    from pipeline.report import read_per_query
+    from pipeline.comparison import read_per_query
     from pipeline.errors import InputError
 
     path = tmp_path / "per_query.csv"

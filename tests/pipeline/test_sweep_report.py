@@ -126,7 +126,7 @@ def test_one_override_moves_every_output(tmp_path):
 
 
 def test_the_tie_count_leaves_out_the_best_even_when_it_is_not_marked():
-    from pipeline.report.summary import n_tied_with_best
+    from pipeline.sweep.summary import n_tied_with_best
 
     # One job succeeded: its own row says False (nothing to compare), which gave "-1 other job(s)".
     assert n_tied_with_best(pd.DataFrame({"tied_with_best": [False]})) == 0

@@ -8,7 +8,7 @@
 - Each job logs itself in its own process (``pipeline.job``): its run carries the tag
   ``sweep_id`` and is nested under the parent run.
 - ``on_multirun_end`` (in the launching process): every finished job that has not reached
-  the store is logged, and the summary (``pipeline.report.summary``: table, figure, comparison,
+  the store is logged, and the summary (``pipeline.sweep.summary``: table, figure, comparison,
   built from the jobs' folders) is written to ``<sweep dir>/summary``, for tracked and
   untracked sweeps alike, and logged to the parent run when tracking.
 
@@ -36,7 +36,6 @@ from pipeline.naming import sweep_name, swept_overrides
 from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
-from pipeline.report.summary import end_sweep
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +88,8 @@ def _end_active(status: str) -> str:
     _ACTIVE.clear()  # once
     done = res.find_results([sweep_dir])
     if done or settings is not None:  # (a parent run is closed even when no job finished)
+        from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
+
         try:
             end_sweep(sweep_dir, objective, settings, status)
         except (tracking.TrackingError, InputError) as err:
@@ -135,6 +136,8 @@ class SweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         _ACTIVE.clear()
         settings = tracking.StoreSettings.of(config.tracking) if config.tracking.enabled else None
+        from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
+
         try:
             print(end_sweep(sweep_dir, str(config.objective), settings))
         except tracking.TrackingError as err:
