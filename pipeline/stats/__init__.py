@@ -7,7 +7,10 @@ n_queries]`` whose columns are the same queries in the same order (:func:`align`
 per-system dictionaries). Every computation is vectorized over systems and over
 resamples/permutations: resampled means are a matrix product of a resample-count matrix with the
 score matrix. Modules: ``inputs``, ``bootstrap``, ``significance`` (paired tests, Tukey HSD, p-value
-adjustment), ``sensitivity`` (power, score ties) and ``comparison`` (the reports).
+adjustment), ``sensitivity`` (power, score ties), ``comparison`` (the reports), ``verdicts`` (one
+Tukey inference with simultaneous intervals, the best set and the four words better / worse /
+equivalent / inconclusive against a practical margin), ``factors`` (an answer per factor of a
+sweep) and ``anova`` (ANOVA with topics as blocks).
 
 Conventions (each function's docstring gives the formula and its source):
 
@@ -39,20 +42,27 @@ Lakens 2013 (d_z, Hedges' correction). See docs/statistics.md.
 
 from __future__ import annotations
 
+from pipeline.stats.anova import AnovaTable, anova_blocks
 from pipeline.stats.bootstrap import bootstrap_ci, bootstrap_means, ci_from_distribution
 from pipeline.stats.comparison import (BaselineComparison, Comparison, SystemSummary, adjust_report, compare,
                                        compare_metrics, tied_with_best)
+from pipeline.stats.factors import DEPTH_FACTORS, MONOTONE_FAMILIES, FactorAnswer, answer_factors, pays_for_depth
 from pipeline.stats.inputs import (CORRECTIONS, PAIRED_TESTS, TIE_TOLERANCE, Aligned, CiMethod, Correction, Test, align,
                                    distinct_rows, ndtr, ndtri)
 from pipeline.stats.sensitivity import (minimum_detectable_difference, power_paired_t, queries_needed, tie_bounds,
                                         tie_spread_flag)
 from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_sizes, paired_t_test, randomization_test,
-                                  sign_test, tukey_hsd, tukey_hsd_stack, wilcoxon_test, wins_ties_losses)
+                                  sign_test, tukey_hsd, tukey_hsd_stack, tukey_pvalues, tukey_ranges, wilcoxon_test,
+                                  wins_ties_losses)
+from pipeline.stats.verdicts import (DEFAULT_MARGIN, METHOD, WORDS, Inference, PairVerdict, check_margin, critical_range,
+                                     infer, word)
 
-__all__ = ["CORRECTIONS", "EXACT_MAX_N", "PAIRED_TESTS", "TIE_TOLERANCE", "Aligned", "BaselineComparison", "CiMethod",
-           "Comparison", "Correction", "SystemSummary", "Test", "adjust_pvalues", "adjust_report", "align",
-           "bootstrap_ci", "bootstrap_means", "ci_from_distribution", "compare", "compare_metrics", "distinct_rows",
+__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "METHOD", "MONOTONE_FAMILIES",
+           "PAIRED_TESTS", "TIE_TOLERANCE", "WORDS", "Aligned", "AnovaTable", "BaselineComparison", "CiMethod",
+           "Comparison", "Correction", "FactorAnswer", "Inference", "PairVerdict", "SystemSummary", "Test",
+           "adjust_pvalues", "adjust_report", "align", "anova_blocks", "answer_factors", "bootstrap_ci", "bootstrap_means", "check_margin", "ci_from_distribution", "compare", "compare_metrics", "critical_range", "distinct_rows",
            "effect_sizes",
-           "minimum_detectable_difference", "ndtr", "ndtri", "paired_t_test", "power_paired_t", "queries_needed",
+           "infer", "minimum_detectable_difference", "ndtr", "ndtri", "paired_t_test", "pays_for_depth", "power_paired_t",
+           "queries_needed",
            "randomization_test", "sign_test", "tie_bounds", "tie_spread_flag", "tied_with_best", "tukey_hsd",
-           "tukey_hsd_stack", "wilcoxon_test", "wins_ties_losses"]
+           "tukey_hsd_stack", "tukey_pvalues", "tukey_ranges", "wilcoxon_test", "wins_ties_losses", "word"]

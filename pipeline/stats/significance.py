@@ -147,12 +147,45 @@ def tukey_hsd(matrix: ArrayLike, *, n_permutations: int = 10_000, seed: int | No
 
 def tukey_hsd_stack(x: NDArray[np.float64], n_permutations: int, seed: int | None) -> NDArray[np.float64]:
     """:func:`tukey_hsd` for a stack ``[n_metrics, n_systems, n_queries]``, one set of permutations."""
+    return tukey_pvalues(x, tukey_ranges(x, n_permutations, seed))
+
+
+def tukey_pvalues(x: NDArray[np.float64], ranges: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The p-values of :func:`tukey_hsd` for a stack ``[n_metrics, n_systems, n_queries]`` given the
+    permuted ranges ``[n_metrics, B]`` of :func:`tukey_ranges`: p = (#{range* >= gap - tol} + 1) / (B + 1)."""
+    m, s, _ = x.shape
+    b = ranges.shape[1]
+    if s < 2:
+        return np.ones((m, s, s))
+    means = x.mean(axis=2)
+    gap = np.abs(means[:, :, None] - means[:, None, :])
+    tol = tukey_tolerance(x)
+    count = np.empty((m, s, s), dtype=np.int64)
+    for i in range(m):
+        r = np.sort(ranges[i])
+        count[i] = b - np.searchsorted(r, (gap[i] - tol[i]).ravel(), side="left").reshape(s, s)
+    p = (count + 1) / (b + 1)
+    p[:, np.arange(s), np.arange(s)] = 1.0
+    return p
+
+
+def tukey_tolerance(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per metric of a stack ``[n_metrics, n_systems, n_queries]``: the rounding tolerance with which
+    a permuted range counts as ">=" the observed gap (``REL_TOL`` times the data's scale)."""
+    return REL_TOL * scale(x.reshape(x.shape[0], -1))
+
+
+def tukey_ranges(x: NDArray[np.float64], n_permutations: int, seed: int | None) -> NDArray[np.float64]:
+    """The permutation distribution of the range of :func:`tukey_hsd`: ``[n_metrics, B]``, trial b's
+    max_s mean*_s - min_s mean*_s, unsorted, in the order drawn from stream 2 of ``seed`` (all zero
+    with fewer than two systems). Shared by the p-values and the critical range of
+    ``pipeline.stats.verdicts``, so both come from the same permutations."""
     if n_permutations < 1:
         raise ValueError("n_permutations must be >= 1")
     m, s, n = x.shape
-    means = x.mean(axis=2)
+    ranges = np.zeros((m, n_permutations))
     if s < 2:
-        return np.ones((m, s, s))
+        return ranges
     rng = random_stream(seed, 2)
     # A query on which every system scores the same (on every metric) adds the same to every
     # system's sum under any permutation, so it never changes the range: leave it out of the
@@ -160,7 +193,6 @@ def tukey_hsd_stack(x: NDArray[np.float64], n_permutations: int, seed: int | Non
     # same ranking, so on a ranking metric every query is such a query.
     varying = (x != x[:, :1, :]).any(axis=(0, 1))
     nv = int(varying.sum())
-    ranges = np.zeros((m, n_permutations))
     if nv:
         xv = x[:, :, varying]
         # rows of (query, system) -> all metrics, so one gather serves every metric
@@ -174,15 +206,7 @@ def tukey_hsd_stack(x: NDArray[np.float64], n_permutations: int, seed: int | Non
             perm += base
             sums = table[perm].sum(axis=1)  # [b, s, m]
             ranges[:, start : start + b] = (sums.max(axis=1) - sums.min(axis=1)).T / n
-    gap = np.abs(means[:, :, None] - means[:, None, :])
-    tol = REL_TOL * scale(x.reshape(m, -1))[:, None, None]
-    count = np.empty((m, s, s), dtype=np.int64)
-    for i in range(m):
-        r = np.sort(ranges[i])
-        count[i] = n_permutations - np.searchsorted(r, (gap[i] - tol[i]).ravel(), side="left").reshape(s, s)
-    p = (count + 1) / (n_permutations + 1)
-    p[:, np.arange(s), np.arange(s)] = 1.0
-    return p
+    return ranges
 
 
 def adjust_pvalues(p: ArrayLike, method: Correction = "holm") -> NDArray[np.float64]:
