@@ -114,8 +114,19 @@ def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
     log_pending(sweep_dir, settings, retry_failed=True)
     if status == "FINISHED" and any(sweep_dir.glob(f"*/{res.FAILED}")):
         status = "FAILED"
-    say(summarize(sweep_dir, str(record["params"].get("objective", "ndcg_at_10")), settings, status=status))
+    say(summarize(sweep_dir, str(record["params"].get("objective", "ndcg_at_10")), settings, status=status,
+                  margin=_margin(record["params"])))
     return True
+
+
+def _margin(params: dict[str, Any]) -> float:
+    """The sweep's practical margin (``compare.margin``; an older record: the default)."""
+    from pipeline.stats import DEFAULT_MARGIN, check_margin
+
+    try:
+        return check_margin(params.get("compare.margin", DEFAULT_MARGIN))
+    except ValueError:
+        return DEFAULT_MARGIN
 
 
 def _store(record: dict[str, Any], uri: str | None) -> tracking.StoreSettings:

@@ -58,9 +58,9 @@ def sweep_description(name: str, experiment: str, objective: str, table: Any, be
               if all(c in table.columns for c in ci_cols) else "")
         lines.append(f"**Best:** `{best['run_name']}` (`{best['overrides']}`): `{objective}` = "
                      f"{best[objective]:.4f}{ci}.")
-        if (n_tied := n_tied_with_best(table)) is not None:
-            lines.append(f"{n_tied} other job(s) are statistically tied with it "
-                         "(paired randomization test, Holm-adjusted, alpha 0.05).")
+        if n_tied_with_best(table) is not None:
+            lines.append("Which jobs could be the best, with their evidence: the verdict above "
+                         "(`summary/compare/report.md` has the tables).")
         lines.append("")
     if len(shown):
         lines += [markdown_table(shown.head(20)).rstrip("\n"), ""]

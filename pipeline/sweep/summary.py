@@ -20,6 +20,8 @@ from pipeline.io import results as res
 from pipeline.comparison.output import report_for_folders
 from pipeline.comparison.systems import SCORING, read_scoring
 from pipeline.comparison.ties import distinct_phrase, varying_metrics
+from pipeline.comparison.verdict import DEFAULT_MARGIN
+from pipeline.comparison.words import verdict_lines
 from pipeline.metrics import metric_key
 from pipeline.sweep.parent import log_to_parent
 from pipeline.sweep.table import (ci_columns, console_rows, draw_budgets, draw_summary, job_curves, job_row,
@@ -59,14 +61,14 @@ def _overrides(results: Path) -> str:
 
 
 def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings | None,
-              status: str = "FINISHED") -> str:
+              status: str = "FINISHED", margin: float = DEFAULT_MARGIN) -> str:
     """Write the sweep's summary from its job folders, log it to the parent run (when
     tracking) and close the parent with ``status`` (FAILED when a job failed); returns the
-    text to print. The summary gives each job's objective with its 95% CI, the jobs
-    statistically tied with the best (randomization test, Holm-adjusted: ``pipeline.compare``),
-    the swept factors' main effects (``summary/compare/``), and the best job, which the parent
-    run also carries as tags (``best_run_name``, ``best_run_id``, ``best.<override>``) and
-    metrics (``best_<objective>`` and its CI).
+    text to print. The summary gives each job's objective with its 95% CI and the comparison's
+    verdict on the objective (``pipeline.comparison``, ``summary/compare/``: one line per swept
+    factor in four words against ``margin``, the jobs that could be the best with their evidence),
+    and the best job, which the parent run also carries as tags (``best_run_name``,
+    ``best_run_id``, ``best.<override>``) and metrics (``best_<objective>`` and its CI).
 
     A sweep whose jobs were scored under different definitions (it varies gain,
     relevance_level, judged_only or the dataset: ``systems.SCORING``) is compared per
@@ -78,21 +80,13 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     jobs = [(results, res.read_record(results)) for results in res.find_results([sweep_dir])]
     groups = scoring_groups(jobs, objective)  # {} when every job was scored alike
     if groups:
-        compared = [_compare([r.parent for r in members], objective, out / "compare" / _slug(label), len(members))
-                    for label, members in groups.items()]
+        compared = [_compare([r.parent for r in members], objective, out / "compare" / _slug(label), len(members),
+                             margin) for label, members in groups.items()]
     else:
-        compared = [_compare([sweep_dir], objective, out / "compare", len(jobs))]
+        compared = [_compare([sweep_dir], objective, out / "compare", len(jobs), margin)]
     reports = [report for report, _ in compared if report is not None]
     note = "; ".join(n for _, n in compared if n)
-    tied_folders = set().union(*(_tied_folders(report, objective) for report in reports))
-    label_of = {resolved(r): label for label, members in groups.items() for r in members}
-    rows = [job_row(results, record, settings, tied_folders) for results, record in jobs]
-    for row, (results, _) in zip(rows, jobs):
-        if groups:
-            row["scoring"] = label_of[resolved(results)]
-    table = sweep_table(rows, jobs, objective)
-    if not reports and "tied_with_best" in table.columns:  # no statistics ran: no job is tied or untied
-        table = table.drop(columns="tied_with_best")
+    table = _table(jobs, reports, groups, settings, objective)
     table.to_csv(out / "sweep_table.csv", index=False, float_format="%.6g")
     (out / "sweep_table.md").write_text(markdown_table(table))
     if len(table):
@@ -117,8 +111,24 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
         text += f"\nnote: {note}"
     if settings is not None:
         text += log_to_parent(sweep_dir, info, settings, out, table, headline, best, objective, status,
-                               per_scoring, verdict, twins)
+                              per_scoring, verdict, twins)
     return text
+
+
+def _table(jobs: list[tuple[Path, dict[str, Any]]], reports: list[dict[str, Any]], groups: dict[str, list[Path]],
+           settings: tracking.StoreSettings | None, objective: str) -> Any:
+    """The sweep table, each job marked when it could be the best (``tied_with_best``: in the
+    comparison's best set) and, when the jobs were scored differently, with its scoring setting."""
+    tied_folders = set().union(*(_tied_folders(report, objective) for report in reports))
+    label_of = {resolved(r): label for label, members in groups.items() for r in members}
+    rows = [job_row(results, record, settings, tied_folders) for results, record in jobs]
+    for row, (results, _) in zip(rows, jobs):
+        if groups:
+            row["scoring"] = label_of[resolved(results)]
+    table = sweep_table(rows, jobs, objective)
+    if not reports and "tied_with_best" in table.columns:  # no statistics ran: no job is tied or untied
+        table = table.drop(columns="tied_with_best")
+    return table
 
 
 def _results_of(jobs: list[tuple[Path, dict[str, Any]]], report: dict[str, Any], objective: str) -> list[int] | None:
@@ -135,10 +145,12 @@ def _results_of(jobs: list[tuple[Path, dict[str, Any]]], report: dict[str, Any],
 
 def _verdict(table: Any, jobs: list[tuple[Path, dict[str, Any]]], result_of: list[int] | None,
              report: dict[str, Any] | None, objective: str) -> tuple[str, list[str]]:
-    """The lines that say how many distinct results the jobs have on the objective and which
-    factors it cannot see; "no best: ..." when it is identical for every job, with the metrics
-    that do vary. Also the jobs identical to the best (the best excluded). Printed, written to
-    ``summary/summary.md`` and put in the parent run's description, word for word."""
+    """The verdict on the objective: how many distinct results the jobs have and which factors
+    it cannot see, then the comparison's answer per swept factor and the jobs that could be the
+    best, with their evidence (``comparison.words``); "no best: ..." when it is identical for
+    every job, with the metrics that do vary. Also the jobs identical to the best (the best
+    excluded), for the parent's tags. Printed, written to ``summary/summary.md`` and put in the
+    parent run's description, word for word."""
     if result_of is None or not len(table) or report is None:
         return "", []
     n = len(jobs)
@@ -159,9 +171,8 @@ def _verdict(table: Any, jobs: list[tuple[Path, dict[str, Any]]], result_of: lis
         return line, []
     best_result = result_of[int(table.index[0])]
     twins = [str(table.loc[i, "run_name"]) for i in table.index[1:] if result_of[int(i)] == best_result]
-    if twins:
-        line += f"\nidentical to the best on {objective} (every query): {', '.join(twins[:10])}" + \
-                (f" and {len(twins) - 10} more" if len(twins) > 10 else "")
+    if report.get("verdict") and objective in report["verdict"]["metrics"]:
+        line += "".join(f"\n{text}" for text in verdict_lines(report, objective))
     return line, twins
 
 
@@ -222,7 +233,7 @@ def _summary_text(sweep_id: str, out: Path, table: Any, headline: tuple[Any, str
                   verdict: str = "") -> str:
     """What the sweep prints: where the summary is, the headline table's rows for the console
     (:func:`console_rows`: the rows and a line saying which), the distinct results (:func:`_verdict`, with the judged-coverage
-    warning), the best job and how many jobs tie with it."""
+    warning), the verdict, the best job and where the evidence is."""
     text = f"sweep {sweep_id}: {len(table)} runs; summary in {out.resolve()}"
     if len(table):  # each job printed its line already: a few rows here, every job in sweep_table.md
         rows, note = headline
@@ -237,31 +248,32 @@ def _summary_text(sweep_id: str, out: Path, table: Any, headline: tuple[Any, str
     text += f"\nbest: {best['run_name']} ({best['overrides']}): {objective} {best[objective]:.4f}{ci_text}"
     if best["run_id"]:
         text += f"; MLflow run {best['run_id']}"
-    if (n_tied := n_tied_with_best(table)) is not None:
-        text += (f"\n{n_tied} other job(s) statistically tied with the best (randomization test, Holm, "
-                 f"alpha 0.05); see summary/compare/report.md")
+    if n_tied_with_best(table) is not None:
+        text += "\nthe evidence (tables, ANOVA, every pair): summary/compare/report.md"
     return text
 
 
-def _compare(folders: list[Path], objective: str, out: Path, n_jobs: int) -> tuple[dict[str, Any] | None, str]:
+def _compare(folders: list[Path], objective: str, out: Path, n_jobs: int,
+             margin: float = DEFAULT_MARGIN) -> tuple[dict[str, Any] | None, str]:
     """The statistics of the jobs (a sweep folder, or job folders) on the objective, written
     to ``out``, or why not (none for a single job: nothing to compare it with)."""
     if n_jobs < 2:
         return None, ""
     try:
-        return report_for_folders(folders, metrics=[objective], out=out), ""
+        return report_for_folders(folders, metrics=[objective], out=out, margin=margin), ""
     except InputError as err:
         log.warning("no statistics for the sweep: %s", err)
         return None, f"no statistics for the sweep: {err}"
 
 
 def end_sweep(sweep_dir: Path, objective: str, settings: tracking.StoreSettings | None,
-              status: str = "FINISHED") -> str:
+              status: str = "FINISHED", margin: float = DEFAULT_MARGIN) -> str:
     """Log the jobs that have not reached the store (their logger may have died), then
-    summarize; the parent is FAILED when any job failed."""
+    summarize with the practical ``margin`` (``compare.margin``); the parent is FAILED when
+    any job failed."""
     sweep_dir = Path(sweep_dir)
     if settings is not None:
         log_pending(sweep_dir, settings)
     if any(sweep_dir.glob(f"*/{res.FAILED}")) and status == "FINISHED":
         status = "FAILED"
-    return summarize(sweep_dir, objective, settings, status)
+    return summarize(sweep_dir, objective, settings, status, margin)

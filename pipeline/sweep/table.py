@@ -102,7 +102,8 @@ def draw_summary(table: Any, curves: dict[str, dict[str, Any]], objective: str, 
     import pandas as pd
 
     ci_cols = ci_columns(objective)
-    headline = [k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in table.columns]
+    # once each: the objective may be one of the job-relative columns (context_utility_at_k)
+    headline = list(dict.fromkeys(k for k in (objective, "ndcg_at_k", "context_utility_at_k") if k in table.columns))
     ci = ({objective: (table[ci_cols[0]].to_numpy(), table[ci_cols[1]].to_numpy())}
           if all(c in table.columns for c in ci_cols) else None)
     tied = table.loc[table.get("tied_with_best", pd.Series(False, index=table.index)).astype(bool), "run_name"]
@@ -139,15 +140,21 @@ def console_rows(headline: Any, result_of: list[int] | None) -> tuple[Any, str]:
     (``result_of``, in job order = the table's index), or the best jobs when that is unknown."""
     if len(headline) <= CONSOLE_ROWS:
         return headline, ""
-    where = f"all {len(headline)} jobs in summary/sweep_table.md"
+    n = len(headline)
+    where = f"all {n} are in summary/sweep_table.md"
     if result_of is None:
-        return headline.head(CONSOLE_ROWS), f"(the best {CONSOLE_ROWS} jobs; {where})"
+        return headline.head(CONSOLE_ROWS), f"(the {CONSOLE_ROWS} best of {n} jobs; {where})"
     firsts: dict[int, Any] = {}
     for i in headline.index:
         firsts.setdefault(result_of[int(i)], i)
     shown = list(firsts.values())[:CONSOLE_ROWS]
-    which = "each" if len(firsts) == len(shown) else f"the first {len(shown)}"
-    return headline.loc[shown], f"(the best job of {which} of the {len(firsts)} distinct results; {where})"
+    if len(firsts) == n:  # every job its own result
+        return headline.loc[shown], f"(the {len(shown)} best of {n} jobs; {where})"
+    which = (f"one job per distinct result ({len(firsts)} results: jobs with identical scores on every query "
+             "are one)" if len(firsts) == len(shown) else
+             f"one job for each of the {len(shown)} best of {len(firsts)} distinct results (jobs with identical "
+             "scores on every query are one)")
+    return headline.loc[shown], f"({len(shown)} of {n} jobs shown, {which}; {where})"
 
 
 def markdown_table(table: Any) -> str:
