@@ -22,11 +22,11 @@ def write_report(report: Report, out: str | Path) -> list[Path]:
     d = report.data
     figures = {
         "forest.png": plots.forest_figure({c["metric"]: c["vs_baseline"] for c in d["comparisons"]}, d["baseline"],
-                                          f"Difference to the baseline with its 95% CI ({d['n_queries']} queries)"),
+                                          f"Difference to {d['baseline']} with its 95% CI ({d['n_queries']} queries)"),
         "per_query_diff.png": plots.per_query_diff_figure(
             {m: {name: x[i] - x[report.names.index(d["baseline"])] for i, name in enumerate(report.names)
                  if name != d["baseline"]} for m, x in report.matrices.items()},
-            d["baseline"], f"Per-query differences to the baseline, sorted ({d['n_queries']} queries)",
+            d["baseline"], f"Per-query differences to {d['baseline']}, sorted ({d['n_queries']} queries)",
             query_ids=report.query_ids),
     }
     if d["main_effects"]:

@@ -135,8 +135,10 @@ def cutoff_note(metrics: Sequence[str], settings: Mapping[str, Mapping[str, str]
     if not fixed:
         return []
     values = sorted(set(ks.values()), key=lambda v: float(v) if _number(v) else math.inf)
-    return [f"the systems' k differ ({', '.join(f'k={v}' for v in values)}): {', '.join(fixed)} score(s) each "
-            f"system's top {fixed[0].rsplit('_', 1)[-1]} whatever its k; <family>_at_k scores each at its own k"]
+    cut = fixed[0].rsplit("_", 1)[-1]
+    return [f"the systems' k differ ({', '.join(f'k={v}' for v in values)}): {', '.join(fixed)} "
+            f"{'scores' if len(fixed) == 1 else 'score'} every system on its top {cut} whatever its k; "
+            "<family>_at_k scores each at its own k"]
 
 
 def _number(text: str) -> bool:

@@ -75,7 +75,10 @@ def sentence(data: Mapping[str, Any], metric: str) -> str:
         return f"{metric}: no verdict"
     if not v["baseline"]:
         d = flip(d)  # the best first: "A is better than B"
-    return pair(d).phrase(metric) + differ_clause(v.get("settings_differ") or {}, d["a"], d["b"])
+    differ = differ_clause(v.get("settings_differ") or {}, d["a"], d["b"])
+    if d["b"] in _group_of(inf, d["a"]):  # exact twins: nothing to estimate
+        return f"{d['a']} and {d['b']} are identical on {metric} ({inf['n_queries']} queries, every one){differ}"
+    return pair(d).phrase(metric) + differ
 
 
 def _group_of(inf: Mapping[str, Any], name: str) -> list[str]:

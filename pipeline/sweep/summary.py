@@ -249,7 +249,7 @@ def _summary_text(sweep_id: str, out: Path, table: Any, headline: tuple[Any, str
     if best["run_id"]:
         text += f"; MLflow run {best['run_id']}"
     if n_tied_with_best(table) is not None:
-        text += "\nthe evidence (tables, ANOVA, every pair): summary/compare/report.md"
+        text += "; the evidence: summary/compare/report.md"
     return text
 
 
