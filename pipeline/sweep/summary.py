@@ -217,7 +217,7 @@ def _per_scoring_text(table: Any, objective: str, groups: dict[str, list[Path]])
               if all(c in table.columns for c in ci_cols) else "")
         text += f"\n  {label}: {top['run_name']}: {objective} {top[objective]:.4f}{ci}"
         if (n_tied := n_tied_with_best(rows)) is not None and len(rows) > 1:
-            text += f"; {n_tied} other job(s) statistically tied"
+            text += f"; {n_tied} other job(s) could be the best (randomized Tukey HSD)"
     return text
 
 

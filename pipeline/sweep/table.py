@@ -168,7 +168,7 @@ def markdown_table(table: Any) -> str:
 
 
 def n_tied_with_best(table: Any) -> int | None:
-    """How many jobs other than the best (the first row) are statistically tied with it;
+    """How many jobs other than the best (the first row) could be the best (its best set);
     None without the column. (Subtracting 1 from the column's sum gave -1 when the best
     itself was not marked, e.g. when only one job succeeded.)"""
     if "tied_with_best" not in table.columns:
