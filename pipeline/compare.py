@@ -1,7 +1,7 @@
 """Compare retrieval systems on the same queries: ``python -m pipeline.compare SYSTEM SYSTEM ...``.
 
 The systems (``--help`` lists what a SYSTEM can be) and the statistics are
-``pipeline.report``'s; see docs/comparing.md and docs/statistics.md. Writes the report to
+``pipeline.comparison``'s; see docs/comparing.md and docs/statistics.md. Writes the report to
 ``--out``, prints a table (or, with ``--json``, the report and nothing else) on standard
 output. Bad input: one line ``error: FILE[:LINE]: problem`` on standard error, exit status
 2 (systems scored under different definitions too, unless ``--allow-mixed``); a failing
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pipeline.errors import InputError, positive_int
-from pipeline.report import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
+from pipeline.comparison import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
                              format_table, log_report, write_report)
-from pipeline.report.ties import choose_metrics
+from pipeline.comparison.ties import choose_metrics
+from pipeline.comparison.verdict import DEFAULT_MARGIN, check_margin
 from pipeline.tracking import TrackingError  # tracking imports mlflow when it is used, not before
 
 
@@ -45,14 +46,22 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m pipeline.compare",
-                     description="Compare retrieval systems on the same queries: means with CIs, differences to a "
-                                 "baseline with CIs and multiplicity-adjusted significance tests, sensitivity, the "
-                                 "systems tied with the best. See docs/comparing.md.")
+                     description="Compare retrieval systems on the same queries: who is better, by how much and "
+                                 "how sure (randomized Tukey HSD over every pair, simultaneous intervals, four words "
+                                 "against a practical margin), the systems that could be the best, an answer per "
+                                 "factor of a sweep. See docs/comparing.md.")
     parser.add_argument("systems", nargs="+", metavar="SYSTEM", help="a job folder (or its results/), a sweep folder, "
                         "a TREC run file (with --qrels), mlflow:RUN_ID (a job, or a sweep's parent: all its jobs), "
                         "mlflow-experiment:NAME[:FILTER]")
     parser.add_argument("--qrels", help="qrels for TREC run files (TREC or BEIR .tsv; .gz fine)")
-    parser.add_argument("--baseline", help="the system the others are compared with (default: the first)")
+    parser.add_argument("--baseline", help="the system the others are compared with and marked against "
+                        "(default: the best on each metric)")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                        help=f"the practical margin, in the metric's units ({DEFAULT_MARGIN:g}): a difference "
+                             "whose interval lies inside +-margin is 'equivalent'")
+    parser.add_argument("--all-tests", action="store_true", help="add the full table of tests (bootstrap BCa CIs, "
+                        "paired t, Wilcoxon, sign and randomization tests adjusted by --correction, effect sizes, "
+                        "sensitivity) against --baseline, else the best on the first metric")
     parser.add_argument("--metric", action="append", dest="metrics", metavar="M",
                         help=f"a metric key, repeatable (default: {' '.join(DEFAULT_METRICS)}, and "
                              "context_utility_at_k when the jobs differ only in placement): any per-query metric "
@@ -68,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
     parser.add_argument("--correction", choices=CORRECTIONS, default="holm",
                         help="multiple-comparison correction over all comparisons of all metrics (holm)")
-    parser.add_argument("--test", choices=TESTS, default="fisher", help="the test behind the significance markers "
-                        "and the tie set: fisher (randomization, default), t, wilcoxon, sign; the report has all four")
+    parser.add_argument("--test", choices=TESTS, default="fisher", help="the test behind the full table's "
+                        "significance marks (--all-tests): fisher (randomization, default), t, wilcoxon, sign")
     parser.add_argument("--missing", choices=("error", "zero"), default="error",
                         help="a query one system lacks: an error (default) or a score of 0 (trec_eval -c)")
     parser.add_argument("--delta", type=_positive_float, default=None,
@@ -104,7 +113,8 @@ def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bo
                                           gain=args.gain, relevance_level=args.relevance_level)
         report = build_report(systems, metrics, baseline=args.baseline, test=args.test, correction=args.correction,
                               alpha=args.alpha, n_resamples=args.n_resamples, n_permutations=args.n_permutations,
-                              seed=args.seed, missing=args.missing, delta=args.delta, allow_mixed=args.allow_mixed)
+                              seed=args.seed, missing=args.missing, delta=args.delta, allow_mixed=args.allow_mixed,
+                              margin=check_margin(args.margin, "--margin"), all_tests=args.all_tests)
     except ValueError as err:  # a computing module's word for bad input
         raise InputError(str(err)) from err
     out = Path(args.out) if args.out else _default_out()

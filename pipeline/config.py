@@ -19,7 +19,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import metrics, tracking
+from pipeline import metrics, stats, tracking
 from pipeline.errors import InputError
 
 
@@ -53,6 +53,13 @@ class PathsConfig:
 
 
 @dataclass
+class CompareConfig:
+    """How a comparison and a sweep's summary judge differences (docs/comparing.md)."""
+
+    margin: float = 0.01  # the practical margin, in the objective's units: inside +-margin is "equivalent"
+
+
+@dataclass
 class PipelineConfig:
     dataset: Any = None
     retriever: Any = None
@@ -61,6 +68,7 @@ class PipelineConfig:
     chunker: Any = None  # conf/chunker: none (default), tokens, sentences, semantic (pipeline.chunkers)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
     k: int = 10  # the cut-off the run is about (context size)
     k_max: int = 20  # every metric is computed for K = 1..k_max (curves)
     gain: Gain = Gain.exp  # nDCG / DCG / context utility gain: 2^rel - 1 or rel
@@ -138,6 +146,11 @@ def check(cfg: DictConfig) -> None:
         raise InputError(f"k_max must be >= k, got k={cfg.k} and k_max={cfg.k_max}")
     if cfg.relevance_level < 1:
         raise InputError(f"relevance_level must be >= 1, got {cfg.relevance_level}")
+    if "compare" in cfg:
+        try:
+            stats.check_margin(cfg.compare.margin)
+        except ValueError as err:
+            raise InputError(f"compare.margin: {err}") from None
     for group in ("dataset", "retriever", "reorder", "attention"):
         if cfg.get(group) is None:
             raise InputError(f"no {group} configured: choose one, e.g. {group}=...")

@@ -33,6 +33,7 @@ from pipeline.config import Settings
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
+from pipeline.metrics import metric_key
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +133,12 @@ def run(cfg: DictConfig) -> float:
 
 def job_line(job_num: int | None, run_name: str, k: int, objective: str, metrics: dict[str, float]) -> str:
     """A sweep job's one line: its number in the sweep (its folder's name), its run name, the
-    objective, then recall and context utility at its k and MRR (those it has)."""
+    objective, then recall and context utility at its k and MRR (those it has), each once: a
+    job-relative objective (``context_utility_at_k``) is the same number as its key at k."""
+    same = metric_key(objective).at(k) if metric_key(objective).relative else objective
     keys = dict.fromkeys([objective, f"recall_at_{k}", "mrr", f"context_utility_at_{k}"])
-    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in keys if key in metrics)
+    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in keys
+                      if key in metrics and (key == objective or key != same))
     return f"#{'?' if job_num is None else job_num} {run_name}: {shown}"
 
 

@@ -181,7 +181,7 @@ def _score(args: argparse.Namespace, ks: Sequence[int], k_max: int) -> tuple[Sco
     if args.per_query:
         import pandas as pd
 
-        from pipeline.report import drilldown
+        from pipeline.io import drilldown
 
         table = pd.DataFrame(scored.per_query(ks))[["query_id", *[f"{f}_at_{k}" for f in ev.families() for k in ks],
                                                     *ev.full, "n_relevant", "evaluated"]]

@@ -31,7 +31,7 @@ from pipeline.io.formats import arrow_array, write_run
 from pipeline.io.scored import qrels_digest
 from pipeline.metrics import (BUDGET_FAMILIES, CURVES, UNJUDGED, Evaluation, Qrels, condense, definition_card, evaluate,
                               grade_matrix, ideal_matrix, metric_key, report_ks, unevaluable)
-from pipeline.report import drilldown
+from pipeline.io import drilldown
 from retrievers.base import Ranking, load_or_compute_ranking
 
 log = logging.getLogger(__name__)
@@ -321,7 +321,7 @@ _CI_MEMO: dict[tuple, tuple[float, float]] = {}
 
 def per_query_columns(ev: Evaluation, k: int) -> list[str]:
     """The per-query table at k (the UI's table view; the full table is an artifact), with
-    the drill-down's columns (``pipeline.report.drilldown.table_columns``)."""
+    the drill-down's columns (``pipeline.io.drilldown.table_columns``)."""
     return drilldown.table_columns(
         [*[f"{family}_at_{k}" for family in ev.families()], *ev.full, "n_relevant", "evaluated"], k)
 
@@ -357,7 +357,7 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
     })
     # First: it refuses ids a TREC file cannot hold (a lone surrogate) with one line naming the id.
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)
-    # The drill-down (pipeline.report.drilldown): query text, first relevant rank, judged share, top k.
+    # The drill-down (pipeline.io.drilldown): query text, first relevant rank, judged share, top k.
     drill = drilldown.of_collection(collection, ranking.doc_idx, settings.k, settings.relevance_level)
     write_csv(drilldown.with_columns(scores.per_query, drill), results / "per_query.csv")
     res.write_text(results / drilldown.FAILURES_FILE, drill.failures_markdown())
@@ -370,7 +370,7 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
     res.write_text(results / "config.yaml", OmegaConf.to_yaml(settings.config, resolve=True))
     res.write_text(results / "definition_card.md", definition_card(settings.gain, settings.relevance_level, TIE_RULE,  # type: ignore[arg-type]
                                                                    judged_only=settings.judged_only))
-    from pipeline.report.figures import save_run_figures  # matplotlib: imported where figures are drawn
+    from pipeline.figures import save_run_figures  # matplotlib: imported where figures are drawn
 
     save_run_figures(results / "plots", scores.curves, settings.k, title)
     if stage is not None:  # chunk_run.trec, chunks.tsv and context.tsv with chunk ids
@@ -384,7 +384,7 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
 
 def scoring_definition(settings: Settings, collection: Collection, depth: int) -> dict[str, Any]:
     """What a score of this run means (``metrics.json`` ``scoring``): a comparison refuses
-    systems that differ in any of it (``pipeline.report.systems``). ``depth`` is the cut-off of
+    systems that differ in any of it (``pipeline.comparison.systems``). ``depth`` is the cut-off of
     mrr, map and bpref; ``qrels_digest`` is None when a judged document is missing from the
     corpus (its id is not kept), and the collection's digest covers the judgments anyway."""
     qrels = collection.qrels

@@ -95,7 +95,7 @@ def sync(folders: Sequence[Path], uri: str | None = None, say: Any = print) -> S
 
 def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
     """Close the sweep's parent run unless the store holds it terminated; True when closed now."""
-    from pipeline.report.summary import log_pending, summarize
+    from pipeline.sweep.summary import log_pending, summarize
 
     jobs = res.find_results([sweep_dir])
     if not jobs:
@@ -114,8 +114,19 @@ def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
     log_pending(sweep_dir, settings, retry_failed=True)
     if status == "FINISHED" and any(sweep_dir.glob(f"*/{res.FAILED}")):
         status = "FAILED"
-    say(summarize(sweep_dir, str(record["params"].get("objective", "ndcg_at_10")), settings, status=status))
+    say(summarize(sweep_dir, str(record["params"].get("objective", "ndcg_at_10")), settings, status=status,
+                  margin=_margin(record["params"])))
     return True
+
+
+def _margin(params: dict[str, Any]) -> float:
+    """The sweep's practical margin (``compare.margin``; an older record: the default)."""
+    from pipeline.stats import DEFAULT_MARGIN, check_margin
+
+    try:
+        return check_margin(params.get("compare.margin", DEFAULT_MARGIN))
+    except ValueError:
+        return DEFAULT_MARGIN
 
 
 def _store(record: dict[str, Any], uri: str | None) -> tracking.StoreSettings:

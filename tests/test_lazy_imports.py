@@ -117,3 +117,16 @@ for ours, theirs in zip(built, expected):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
                           env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_job_loads_neither_the_sweep_summary_nor_the_comparison():
+    """``pipeline.__main__`` imports ``pipeline.sweep`` (the callback); the sweep's end
+    (``pipeline.sweep.summary``) and the comparison are loaded only where a sweep ends."""
+    code = ("import sys, pipeline.__main__, pipeline.sweep\n"
+            "assert hasattr(pipeline.sweep, 'SweepCallback')\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith(('pipeline.sweep.summary', 'pipeline.comparison',"
+            " 'pipeline.figures')))\n"
+            "assert not loaded, loaded\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]

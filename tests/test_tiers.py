@@ -2,12 +2,13 @@
 
 docs/architecture.md draws the same picture. Enforced here:
 
-- the library tier (``pipeline.io``, ``tracking``, ``report``, ``judging``, ``chunkers``,
-  ``errors`` and ``retrievers``) never imports the app tier (``__main__``, ``config``,
-  ``job``, ``stages``, ``naming``, ``sweep``, ``console``, ``api``) or a command module;
+- the library tier (``pipeline.io``, ``tracking``, ``comparison``, ``figures``, ``judging``,
+  ``chunkers``, ``errors`` and ``retrievers``) never imports the app tier (``__main__``,
+  ``config``, ``job``, ``stages``, ``naming``, ``sweep`` and its modules, ``console``, ``api``)
+  or a command module;
   the one exception is the package facade ``pipeline``, which exports ``pipeline.api`` lazily;
 - only ``pipeline.tracking`` imports mlflow;
-- ``tracking`` imports nothing from ``report`` or ``console``;
+- ``tracking`` imports nothing from ``comparison``, ``figures`` or ``console``;
 - ``metrics``, ``stats`` and ``context`` (the computing tier) import only numpy, scipy, the
   standard library and each other;
 - retrievers import no app module, and neither hydra, omegaconf nor mlflow;
@@ -30,14 +31,15 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 MAX_LINES = 500
 
 APP = {"pipeline.__main__", "pipeline.config", "pipeline.job", "pipeline.stages", "pipeline.naming",
-       "pipeline.sweep", "pipeline.console", "pipeline.api", "pipeline.api.inputs", "pipeline.api.evaluation",
-       "pipeline.api.jobs"}
+       "pipeline.sweep", "pipeline.sweep.callback", "pipeline.sweep.summary", "pipeline.sweep.table",
+       "pipeline.sweep.parent", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
+       "pipeline.api.evaluation", "pipeline.api.jobs"}
 COMMANDS = {f"pipeline.{name}" for name in ("score", "compare", "sync", "pool", "judgments", "fetch", "index")}
 #: The package facade exports the Python API lazily (``pipeline.evaluate``): its one import of the app tier.
 FACADE_IMPORTS = {"pipeline": {"pipeline.api"}}
 COMPUTING = ("pipeline.metrics", "pipeline.stats", "pipeline.context")
-LIBRARY = ("pipeline.io", "pipeline.tracking", "pipeline.report", "pipeline.judging", "pipeline.chunkers",
-           "pipeline.errors", "retrievers")
+LIBRARY = ("pipeline.io", "pipeline.tracking", "pipeline.comparison", "pipeline.figures", "pipeline.judging",
+           "pipeline.chunkers", "pipeline.errors", "retrievers")
 #: Scripts that build data files; nothing imports them.
 TOOLS = {"pipeline.sample_long.build"}
 
@@ -115,7 +117,8 @@ def test_every_module_is_in_a_tier_and_the_tiers_exist():
     assert set(tiers.values()) == {"app", "command", "computing", "library", "tool"}
     assert APP | COMMANDS <= set(MODULES), sorted((APP | COMMANDS) - set(MODULES))
     assert {"pipeline.metrics", "pipeline.stats", "pipeline.context.placement", "pipeline.io.results",
-            "pipeline.tracking", "pipeline.report.figures", "retrievers.bm25", "retrievers.dense"} <= set(MODULES)
+            "pipeline.tracking", "pipeline.figures", "pipeline.comparison.report", "pipeline.io.drilldown",
+            "pipeline.sweep.summary", "retrievers.bm25", "retrievers.dense"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", LIBRARY_MODULES)
@@ -132,8 +135,9 @@ def test_only_tracking_imports_mlflow():
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, ("pipeline.tracking",))))
-def test_tracking_imports_nothing_from_report_or_console(module):
-    bad = sorted(m for m in project_imports(module) if _within(m, ("pipeline.report", "pipeline.console")))
+def test_tracking_imports_nothing_from_comparison_figures_or_console(module):
+    bad = sorted(m for m in project_imports(module) if _within(m, ("pipeline.comparison", "pipeline.figures",
+                                                                    "pipeline.console")))
     assert not bad, f"{module} imports {bad}"
 
 

@@ -28,7 +28,7 @@ from pipeline.errors import InputError
 from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, RunFile, tie_break_rule, write_run
 from pipeline.io.scored import Scored, score_parsed
 from pipeline.metrics import judged_warning, parse_key
-from pipeline.report.systems import DEFAULT_METRICS
+from pipeline.comparison.systems import DEFAULT_METRICS
 from retrievers.base import rows_to_ranking
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """``pipeline.compare``, ``load_collection`` and ``run_job``: the comparison report, a
 configured collection and a configured job, in this process.
 
-- :func:`compare` builds ``python -m pipeline.compare``'s report (``pipeline.report``) from
+- :func:`compare` builds ``python -m pipeline.compare``'s report (``pipeline.comparison``) from
   ``evaluate`` results, ``run_job`` results, job or sweep folders and run files.
 - :func:`load_collection` composes ``conf/`` with Hydra's compose API and loads the dataset
   with the job's own stage (``pipeline.stages.load``): what a job with that dataset loads.
@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, Union
 from pipeline.api.evaluation import EvaluationResult
 from pipeline.errors import InputError
 from pipeline.io import results as res
-from pipeline.report import (DEFAULT_METRICS, Report, build_report, format_markdown, format_table, load_system,
+from pipeline.comparison import (DEFAULT_METRICS, Report, build_report, format_markdown, format_table, load_system,
                              load_systems, write_report)
-from pipeline.report.systems import System, check_metrics, name_systems
+from pipeline.comparison.systems import System, check_metrics, name_systems
+from pipeline.comparison.verdict import DEFAULT_MARGIN, Verdict, check_margin
+from pipeline.comparison.words import verdict_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,8 +87,21 @@ class Comparison:
     def data(self) -> dict[str, Any]:
         return self.report.data
 
+    @property
+    def verdict(self) -> Verdict:
+        """The one inference (``comparison.verdict.Verdict``): per metric ``inferences[metric]``
+        (``stats.Inference``: best, best_set, evidence, ``pair(a, b)``), per factor of a sweep
+        ``answers[metric]``; ``data["verdict"]`` is its JSON."""
+        return self.report.verdict
+
+    def lines(self) -> list[str]:
+        """The verdict in words, as the command prints it first: per metric, for two systems
+        the sentence (who is better, by how much, p, queries, the settings they differ in),
+        for more one line per factor of a sweep and the best set with its evidence."""
+        return [line for m in self.data["metrics"] for line in verdict_lines(self.data, m)]
+
     def table(self, digits: int = 3) -> str:
-        """The console table the command prints."""
+        """What the command prints: the verdict, then the systems' table."""
         return format_table(self.report, digits)
 
     def to_markdown(self) -> str:
@@ -134,20 +149,24 @@ def _systems(items: Sequence[tuple[str | None, SystemLike]], metrics: list[str],
 
 def compare(systems: Mapping[str, SystemLike] | Sequence[SystemLike], metrics: Sequence[str] = DEFAULT_METRICS,
             baseline: str | None = None, *, qrels: str | Path | None = None, gain: str = "exp",
-            relevance_level: int = 1, out: str | Path | None = None, **options: Any) -> Comparison:
-    """``python -m pipeline.compare SYSTEM ...``: means with BCa CIs, differences to the
-    baseline (default: the first) with CIs and Holm-adjusted tests, the tie set.
+            relevance_level: int = 1, out: str | Path | None = None, margin: float = DEFAULT_MARGIN,
+            **options: Any) -> Comparison:
+    """``python -m pipeline.compare SYSTEM ...``: the one inference (who is better than whom, in
+    four words against the practical ``margin``, in the metric's units; the best set; an answer
+    per factor of a sweep), each claim with its simultaneous interval and adjusted p-value, marked
+    against the best or the named ``baseline``; ``all_tests=True`` adds the full table of tests.
 
     ``systems``: a ``{name: system}`` dict or a list; a system is an ``evaluate`` result, a
     ``run_job`` result, a job or sweep folder, or a TREC run file (then pass ``qrels``;
     ``gain`` and ``relevance_level`` score it). ``options`` are the command's: ``test``,
     ``correction``, ``alpha``, ``n_resamples``, ``n_permutations``, ``seed``, ``missing``,
-    ``delta``, ``allow_mixed`` (systems scored differently are refused otherwise). ``out``: write the report folder too (``--out``)."""
+    ``delta``, ``allow_mixed`` (systems scored differently are refused otherwise), ``all_tests``.
+    ``out``: write the report folder too (``--out``). A margin <= 0 or not finite is an InputError."""
     items = list(systems.items()) if isinstance(systems, Mapping) else [(None, s) for s in systems]
     metrics = check_metrics(list(metrics))
     try:
         report = build_report(_systems(items, metrics, qrels, gain, relevance_level), metrics, baseline=baseline,
-                              **options)
+                              margin=check_margin(margin, "margin"), **options)
     except ValueError as err:  # a computing module's word for bad input
         raise InputError(str(err)) from err
     if out is not None:

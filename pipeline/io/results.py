@@ -12,7 +12,7 @@ file                   what                                                     
 =====================  ==========================================================  ==============
 metrics.json           headline means, curves, the collection's counts             the job
 per_query.csv          every metric at every K, one row per query, and the         the job
-                       drill-down (``pipeline.report.drilldown``: query text, first
+                       drill-down (``pipeline.io.drilldown``: query text, first
                        relevant rank, judged share, top k with snippets)
 failures.md            the queries with no relevant document in the top k          the job
 run.trec               the ranking as a TREC run (``qid Q0 docid rank score tag``)  the job
@@ -178,7 +178,7 @@ def sweep_parent_in(info: dict[str, Any], uri: str) -> dict[str, str] | None:
 def remember_sweep_parent(sweep_dir: Path, uri: str, parent_run_id: str, experiment_id: str,
                           experiment: str) -> None:
     """Write the sweep's parent run in the store ``uri`` into its sweep file: the top-level
-    keys name that store from now on (what ``pipeline.report.summary`` reads), ``stores``
+    keys name that store from now on (what ``pipeline.sweep.summary`` reads), ``stores``
     keeps the parent of every store the sweep reached (syncing a copy of a sweep to a second
     store does not lose the first)."""
     info = read_sweep(sweep_dir)

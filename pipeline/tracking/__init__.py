@@ -6,7 +6,7 @@ one MLflow run with the flattened resolved config as params, metrics and K-sweep
 one batch, the collection as the run's dataset input, the per-query table, the folder as
 artifacts, and a description for the run's page. A Hydra multirun is one sweep: its parent
 run is made in the launching process before any job starts, the jobs nest under it, and the
-launcher closes it with the sweep's summary when the sweep ends (``pipeline.report.summary``).
+launcher closes it with the sweep's summary when the sweep ends (``pipeline.sweep.summary``).
 
 The disk is the queue. Logging a folder is idempotent (the record's ``job_key`` is a tag of
 its run), so whatever a crash left unlogged, ``python -m pipeline.sync`` logs later, exactly

@@ -161,7 +161,12 @@ def test_compare_of_evaluate_results_equals_the_compare_command(tmp_path):
     for key in ("metrics", "baseline", "n_queries", "n_comparisons", "best", "tied_with_best", "comparisons",
                 "sensitivity", "per_query"):
         assert _close(data[key], expected[key]), key
-    assert "sample_run (baseline)" in report.table() and report.to_markdown().startswith("# Comparison of 2")
+    # the one inference: the API's verdict is the command's, and both say it in the same words
+    for m in data["metrics"]:
+        mine, theirs = data["verdict"]["metrics"][m], expected["verdict"]["metrics"][m]
+        assert _close([mine["p"], mine["hsd"], mine["means"]], [theirs["p"], theirs["hsd"], theirs["means"]]), m
+    assert report.lines()[0].startswith("sample_run is better than other on ndcg_at_10 by ")
+    assert report.table().splitlines()[0] == report.lines()[0] and report.to_markdown().startswith("# Comparison of 2")
     # the same from the run files themselves
     by_files = pipeline.compare([RUN, other], qrels=QRELS, n_resamples=2000, n_permutations=2000)
     assert _close(by_files.data["comparisons"], expected["comparisons"])
@@ -269,7 +274,7 @@ def test_pipeline_compare_called_equals_the_api_function(tmp_path):
 
 
 def test_the_compare_reports_per_query_figure_names_the_queries(tmp_path, monkeypatch):
-    from pipeline.report import figures
+    from pipeline import figures
 
     drawn = []
     original = figures.per_query_diff_figure

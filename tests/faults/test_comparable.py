@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.report import build_report, load_systems
+from pipeline.comparison import build_report, load_systems
 
 pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
 

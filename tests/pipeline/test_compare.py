@@ -9,6 +9,7 @@ made once per module with ``python -m pipeline tracking=none``.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 import scipy.stats
 
 from pipeline import compare as compare_command
-from pipeline import report as compare
+from pipeline import comparison as compare
 
 ROOT = Path(__file__).resolve().parents[2]
 QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
@@ -76,11 +77,11 @@ def _by_metric(report: dict) -> dict[str, dict]:
 
 def test_the_json_report_equals_scipy_on_the_per_query_tables(jobs, tmp_path, capsys):
     out = tmp_path / "report"
-    report = _json(capsys, *(str(jobs[n]) for n in JOBS), "--out", str(out))
+    report = _json(capsys, *(str(jobs[n]) for n in JOBS), "--out", str(out), "--baseline", str(jobs["k1"]))
     tables = {n: _per_query(jobs[n]) for n in JOBS}
     names = [s["name"] for s in report["systems"]]
     assert names == ["bm25 k10 k1=0.3", "bm25 k10 b=0.2", "bm25 k5"]  # run names differ: no [override] needed
-    assert report["baseline"] == names[0] and report["metrics"] == METRICS
+    assert report["baseline"] == names[0] and report["baseline_named"] and report["metrics"] == METRICS
     assert report["n_queries"] == len(tables["k1"]) == 52
     base = tables["k1"]
     fisher_p = []
@@ -139,21 +140,33 @@ def better(jobs, tmp_path_factory) -> Path:
     return folder
 
 
-def test_the_console_table_marks_the_best_and_significant_differences(jobs, better, tmp_path, capsys):
+def test_the_console_leads_with_the_verdict_and_marks_against_the_best(jobs, better, tmp_path, capsys):
     code, out, err = _compare(capsys, str(jobs["k1"]), str(better), str(jobs["b"]), *FAST, "--out",
                               str(tmp_path / "r"), "--delta", "0.02")
     assert code == 0, err
     lines = out.splitlines()
+    # the answer first: per metric, the best set with its evidence (not against the first system)
+    assert lines[0].startswith("best on ndcg_at_10: better ") and "all 2 others are worse" in lines[0], lines[0]
     row = {name: next(line for line in lines if line.startswith(name)) for name in ("better", "bm25 k10 k1=0.3")}
-    assert row["better"].count(compare.BEST) == 3 and row["better"].count(compare.SIGNIFICANT) == 3
-    assert "+0.050 [+0.050, +0.050]" in row["better"]
-    assert "(baseline)" in row["bm25 k10 k1=0.3"]
-    assert any(line.startswith("sensitivity:") and "needs" in line for line in lines)
-    ties = next(line for line in lines if line.startswith("tied with the best"))
-    assert "ndcg_at_10: better;" in ties  # nothing is tied with a system 0.05 ahead on every query
+    assert row["better"].count(compare.BEST) == 3 and row["better"].count("best") == 3
+    # k1 is "better" minus 0.05 on every query: worse, its simultaneous interval (diff +- HSD) excludes 0
+    cell = re.search(r"-0\.050 \[(-0\.\d+), (-0\.\d+)\] p [\d.e-]+ worse", row["bm25 k10 k1=0.3"])
+    assert cell and float(cell[1]) + float(cell[2]) == pytest.approx(-0.1, abs=2e-3), row["bm25 k10 k1=0.3"]
+    assert compare.SIGNIFICANT not in out and not any(line.startswith("sensitivity:") for line in lines)
     assert f"report: {(tmp_path / 'r').resolve()}" in out
     md = (tmp_path / "r" / "report.md").read_text()
-    assert "**0.6224**" in md and compare.SIGNIFICANT in md and "![forest.png](forest.png)" in md
+    assert "**0.6224**" in md and "![forest.png](forest.png)" in md and "## Every test" not in md
+    # --all-tests: the full table of tests, against the best (said), with its marks and sensitivity
+    code, out, err = _compare(capsys, str(jobs["k1"]), str(better), str(jobs["b"]), *FAST, "--out",
+                              str(tmp_path / "r2"), "--delta", "0.02", "--all-tests")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "every test (--all-tests), against better:" in lines
+    full = lines[lines.index("every test (--all-tests), against better:"):]
+    row = next(line for line in full if line.startswith("bm25 k10 k1=0.3"))
+    assert "-0.050 [-0.050, -0.050]" + compare.SIGNIFICANT in row
+    assert any(line.startswith("sensitivity:") and "needs" in line for line in full)
+    assert "## Every test (--all-tests), against better" in (tmp_path / "r2" / "report.md").read_text()
 
 
 def test_trec_run_files_are_scored_like_pipeline_score(jobs, tmp_path, capsys):
@@ -294,7 +307,7 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
 def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
     """read_per_query converts only query_id, evaluated and the metrics asked for;
     what it returns and the errors it names are those of the whole table."""
-    from pipeline.report import read_per_query
+    from pipeline.comparison import read_per_query
     from pipeline.errors import InputError
 
     path = tmp_path / "per_query.csv"

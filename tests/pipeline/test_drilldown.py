@@ -1,4 +1,4 @@
-"""The per-query drill-down (``pipeline.report.drilldown``): the columns it adds to ``per_query.csv``
+"""The per-query drill-down (``pipeline.io.drilldown``): the columns it adds to ``per_query.csv``
 and the MLflow table, ``failures.md``, and ``pipeline.score --per-query [--corpus]``.
 
 Values on the bundled sample are checked against an independent computation from the files
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.report import drilldown
+from pipeline.io import drilldown
 from pipeline.metrics import Qrels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def job(tmp_path_factory) -> Path:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["tracking=none", f"paths.root={root}", f"k={K}"])
     with pytest.MonkeyPatch.context() as patch:  # the figures are not checked here (~3 s saved)
-        patch.setattr("pipeline.report.figures.save_run_figures", lambda *args, **kwargs: None)
+        patch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)
         run(cfg)
     (results,) = root.glob("runs/*/*/results")
     return results

@@ -1,4 +1,4 @@
-"""Figures (pipeline/report/figures.py): they build, show what they should, and save as PNG."""
+"""Figures (pipeline/figures.py): they build, show what they should, and save as PNG."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from pipeline.report import figures as plots
+from pipeline import figures as plots
 
 K_MAX = 10
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -365,7 +365,7 @@ def test_the_narrow_table_in_docs_scoring_is_what_the_command_prints(tmp_path, c
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["tracking=none", f"paths.root={tmp_path}"])
     with pytest.MonkeyPatch.context() as patch:  # the figures are not needed here
-        patch.setattr("pipeline.report.figures.save_run_figures", lambda *args, **kwargs: None)
+        patch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)
         run(cfg)
     (trec,) = tmp_path.glob("runs/*/*/results/run.trec")
     capsys.readouterr()

@@ -1,7 +1,8 @@
 """What a sweep prints on a non-terminal: one line per job, then its summary (issue 25).
 
 The README's flagship sweep (18 jobs: retriever x reorder x k on the bundled sample) must
-print at most 18 + 20 lines, stdout and stderr together, into a new store (the worst case:
+print at most 18 + 22 lines, stdout and stderr together (its verdict: one line per factor
+and the best set, issue 32), into a new store (the worst case:
 the "creating a new store" note, the parent run and its link); each job's stage times stay
 in its ``pipeline.log``; the judged-coverage warning is printed once for the sweep. ``-v``
 (or ``verbose=true``) brings back every job's full block.
@@ -55,7 +56,7 @@ def _sweep(root: Path, cache: Path, *args: str) -> tuple[subprocess.CompletedPro
 def test_the_flagship_sweep_prints_one_line_per_job_then_its_summary(tmp_path, cache_dir):
     proc, lines = _sweep(tmp_path / "out", cache_dir, *FLAGSHIP)
     text = "\n".join(lines)
-    assert len(lines) <= N_JOBS + 20, f"{len(lines)} lines:\n{text}"
+    assert len(lines) <= N_JOBS + 22, f"{len(lines)} lines:\n{text}"
     jobs = [m for line in lines if (m := JOB_LINE.match(line))]
     assert sorted(int(m["num"]) for m in jobs) == list(range(N_JOBS)), text  # each job: exactly one line
     assert {m["k"] for m in jobs} == {"3", "5", "10"}
@@ -76,6 +77,10 @@ def test_the_flagship_sweep_prints_one_line_per_job_then_its_summary(tmp_path, c
     assert "pool them" in warnings[0]  # the bundled sample is this project's own: pooling is possible
     # The summary names the distinct results and ends with the runs table's link.
     assert "ndcg_at_10: 3 distinct results among 18 jobs" in text
+    # the verdict: one line per factor, then the jobs that could be the best with their evidence
+    assert re.search(r"^retriever: ", text, re.M) and re.search(r"^best on ndcg_at_10: dense ", text, re.M), text
+    assert "reorder: no difference (identical results at every level: ndcg_at_10 cannot see reorder)" in lines
+    assert "statistically tied" not in text
     assert re.search(r"^open it: mlflow ui .*#/experiments/\d+/runs\?viewStateShareKey=headline&workflowType="
                      r"machine_learning$", lines[-1]), lines[-1]
 

@@ -73,7 +73,10 @@ def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, st
     assert parent.data.metrics["best_ndcg_at_10"] == pytest.approx(best.data.metrics["ndcg_at_10"])
     assert parent.data.tags["best_run_name"] == summary["run_name"].iloc[0]
     assert parent.data.metrics["n_tied_with_best"] == len(tied)
-    assert "best:" in proc.stdout and "statistically tied with the best" in proc.stdout
+    assert "best:" in proc.stdout and "statistically tied" not in proc.stdout
+    # the jobs that could be the best, with their evidence: the comparison's best set, word for word
+    best_set = next(line for line in proc.stdout.splitlines() if line.startswith("best on ndcg_at_10: "))
+    assert best_set.endswith("(randomized Tukey HSD, alpha 0.05, margin 0.01)")
 
     # Names: the parent by its sweep overrides, each job by what the sweep varies, first.
     assert parent.info.run_name == "sweep k1=0.1,1.2 k=5,10"
@@ -83,7 +86,7 @@ def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, st
     row = summary.iloc[0]
     assert (f"**Best:** `{row['run_name']}`" in note and f"= {row['ndcg_at_10']:.4f} (95% CI "
             f"{row['ndcg_at_10_ci_low']:.4f} to {row['ndcg_at_10_ci_high']:.4f})" in note)
-    assert f"{len(tied) - 1} other job(s) are statistically tied with it" in note
+    assert best_set in note  # the parent's description states the same verdict
     # The console: the parent run, the summary's path, the best job, how to open the UI.
     assert f"summary in {(sweep / 'summary').resolve()}" in proc.stdout
     assert f"MLflow parent run {parent.info.run_id} (sweep k1=0.1,1.2 k=5,10, FINISHED)" in proc.stdout
@@ -126,7 +129,7 @@ def test_one_override_moves_every_output(tmp_path):
 
 
 def test_the_tie_count_leaves_out_the_best_even_when_it_is_not_marked():
-    from pipeline.report.summary import n_tied_with_best
+    from pipeline.sweep.summary import n_tied_with_best
 
     # One job succeeded: its own row says False (nothing to compare), which gave "-1 other job(s)".
     assert n_tied_with_best(pd.DataFrame({"tied_with_best": [False]})) == 0

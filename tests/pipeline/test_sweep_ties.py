@@ -19,8 +19,8 @@ from statsmodels.stats.multitest import multipletests
 
 from pipeline import stats
 from pipeline.io import results as res
-from pipeline.report import build_report, format_table
-from pipeline.report.ties import choose_metrics
+from pipeline.comparison import build_report, format_table
+from pipeline.comparison.ties import choose_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

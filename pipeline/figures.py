@@ -129,14 +129,15 @@ def sweep_summary_figure(table: pd.DataFrame, curves: Mapping[str, Mapping[str, 
     The bars: each metric in ``metric_keys`` (columns of ``table``, one row per job, named
     by ``name_column`` or, if absent, the index), with the 95% CI as error bars where
     ``ci[key] = (low, high)`` gives it (in table order), each bar's value beside it up to
-    :data:`BAR_LABELS_MAX_JOBS` jobs, the jobs in ``tied`` (statistically tied with the best)
-    marked "≈ best". The curves: nDCG@K and recall@K, one line per entry of ``curves``: a job,
+    :data:`BAR_LABELS_MAX_JOBS` jobs, the jobs in ``tied`` (those that could be the best: the
+    comparison's best set) marked "≈ best". The curves: nDCG@K and recall@K, one line per entry of ``curves``: a job,
     or a group of jobs with identical rankings (hence identical curves); the y-range fits the
     values. Up to :data:`SIDE_BY_SIDE_MAX_JOBS` jobs the bars are left of the curves, legends
     below, outside the data; past that the curves are on top at their usual height, their
     legend in the recall panel, and the bars below across the width."""
     if not metric_keys:
         raise ValueError("sweep_summary_figure: metric_keys is empty")
+    metric_keys = list(dict.fromkeys(metric_keys))  # a key named twice is one bar per job, one legend entry
     names = [str(n) for n in (table[name_column] if name_column in table.columns else table.index)]
     n_jobs = len(names)
     lines = [name for name in curves if name in names] + [name for name in curves if name not in names]

@@ -17,7 +17,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from pipeline.metrics import BUDGET_FAMILIES, RUN_FAMILIES
-from pipeline.report.systems import DEFAULT_METRICS, System, is_factor, load_systems
+from pipeline.comparison.systems import DEFAULT_METRICS, System, is_factor, load_systems
 
 #: Override keys (and their sub-keys) that change only the placed order of the top k.
 PLACEMENT_FACTORS = ("reorder", "attention")

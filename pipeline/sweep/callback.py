@@ -8,7 +8,7 @@
 - Each job logs itself in its own process (``pipeline.job``): its run carries the tag
   ``sweep_id`` and is nested under the parent run.
 - ``on_multirun_end`` (in the launching process): every finished job that has not reached
-  the store is logged, and the summary (``pipeline.report.summary``: table, figure, comparison,
+  the store is logged, and the summary (``pipeline.sweep.summary``: table, figure, comparison,
   built from the jobs' folders) is written to ``<sweep dir>/summary``, for tracked and
   untracked sweeps alike, and logged to the parent run when tracking.
 
@@ -36,7 +36,7 @@ from pipeline.naming import sweep_name, swept_overrides
 from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError
-from pipeline.report.summary import end_sweep
+from pipeline.stats import DEFAULT_MARGIN, check_margin
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,14 @@ def _end_active(status: str) -> str:
     sweep_dir: Path = _ACTIVE["sweep_dir"]
     settings: tracking.StoreSettings | None = _ACTIVE.get("settings")
     objective = str(_ACTIVE["objective"])
+    margin = float(_ACTIVE.get("margin", DEFAULT_MARGIN))
     _ACTIVE.clear()  # once
     done = res.find_results([sweep_dir])
     if done or settings is not None:  # (a parent run is closed even when no job finished)
+        from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
+
         try:
-            end_sweep(sweep_dir, objective, settings, status)
+            end_sweep(sweep_dir, objective, settings, status, margin)
         except (tracking.TrackingError, InputError) as err:
             log.warning("%s", err)
     missing = [r.parent.name for r in done if settings is not None and res.read_marker(r) is None]
@@ -104,11 +107,17 @@ def _end_active(status: str) -> str:
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:  # the sweep's verdict needs it: a bad one stops the sweep before any job
+            check_margin(config.compare.margin)
+        except ValueError as err:
+            print(f"error: compare.margin: {err}", file=sys.stderr)
+            sys.exit(2)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         settings = tracking.StoreSettings.of(config.tracking) if config.tracking.enabled else None
         if _jobs_in_this_process(config):  # parallel launchers' workers handle signals themselves
-            _ACTIVE.update(sweep_dir=sweep_dir, objective=str(config.objective), settings=settings)
+            _ACTIVE.update(sweep_dir=sweep_dir, objective=str(config.objective), settings=settings,
+                           margin=float(config.compare.margin))
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_interrupted)
         sweep_id = f"{sweep_dir.parent.name}_{sweep_dir.name}_{uuid.uuid4().hex[:6]}"
@@ -135,8 +144,10 @@ class SweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         _ACTIVE.clear()
         settings = tracking.StoreSettings.of(config.tracking) if config.tracking.enabled else None
+        from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
+
         try:
-            print(end_sweep(sweep_dir, str(config.objective), settings))
+            print(end_sweep(sweep_dir, str(config.objective), settings, margin=float(config.compare.margin)))
         except tracking.TrackingError as err:
             print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}; "
                   f"`python -m pipeline.sync {sweep_dir}` logs them later.", file=sys.stderr)
