@@ -200,7 +200,8 @@ class ExternalRetriever:
         return {"retriever": self.name, **self.identity(), "version": self.version, "doc_id_key": self.doc_id_key,
                 "fold": self.fold if self.doc_id_key else None,
                 "chunk_key": self.chunk_key if self.doc_id_key and self.fold == "firstp" else None,
-                "fetch_k": self.fetch_k, "on_unknown": self.on_unknown}
+                "fetch_k": self.fetch_k, "on_unknown": self.on_unknown,
+                "scores": "float64"}  # since issue 33: an entry cached with float32 scores is not reused
 
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
         """Remember the corpus's ids (the user's retriever holds its own index)."""
