@@ -198,6 +198,7 @@ def test_ctrl_c_ends_a_job_whose_call_is_stuck(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted (SIGINT)" in err and "Traceback" not in err
     assert not (job / "results").exists()  # nothing half-written
+    assert "interrupted (SIGINT): the job stopped before its end" in (job / "pipeline.log").read_text()
     _assert_nothing_left(marker)
 
 
