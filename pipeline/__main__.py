@@ -11,9 +11,9 @@ from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline import console
-from pipeline.errors import InputError
+from pipeline.errors import InputError, Interrupted
 from pipeline.job import run_job
-from pipeline.sweep import Interrupted, on_interrupt, on_sweep_error
+from pipeline.sweep import on_interrupt, on_sweep_error
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -6,6 +6,7 @@ Entry points catch it, print ``str(err)`` (no traceback) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 
@@ -23,6 +24,16 @@ class InputError(Exception):
             where = self.path if line is None else f"{self.path}:{line}"
             where += ": "
         super().__init__(f"error: {where}{problem}")
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM during a sweep (a BaseException, like KeyboardInterrupt, so that no
+    job's ``except Exception`` swallows it). Here, below every tier that catches around user
+    code, so that such a catch can let it through (``retrievers.external``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def positive_int(text: str) -> int:

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from pipeline import config, console, naming, stages, tracking
 from pipeline.config import Settings
-from pipeline.errors import InputError
+from pipeline.errors import InputError, Interrupted
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.metrics import metric_key
@@ -288,9 +289,15 @@ def run_job(cfg: DictConfig) -> Any:
     note in its folder and returns NaN, so the other jobs still run and the sweep ends
     non-zero after its summary (``pipeline.sweep``); in an Optuna sweep it returns a
     ``console.FailedObjective`` instead, which the sweeper records as a failed trial.
+    Ctrl-C (SIGTERM in a sweep) is the job's log file's last line, and goes on up.
     The job's log file always gets the error (and the traceback of an unexpected one)."""
     try:
         return run(cfg)
+    except (KeyboardInterrupt, Interrupted) as stop:  # Ctrl-C, SIGTERM: pipeline.__main__ says it, exits 130/143
+        name = signal.Signals(getattr(stop, "signum", signal.SIGINT)).name
+        console.to_log_file(f"interrupted ({name}): the job stopped before its end (a results folder without "
+                            "record.json is never logged)", level=logging.WARNING)
+        raise
     except Exception as exc:
         found = _user_error(exc)
         ctx = job_context(OmegaConf.select(cfg, "paths.runs", default="outputs/runs"))

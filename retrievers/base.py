@@ -23,7 +23,7 @@ from pipeline.io.cache import load_or_compute_ranking_arrays
 @dataclass(frozen=True)
 class Ranking:
     doc_idx: NDArray[np.int64]  # [n_queries, depth], -1 = nothing
-    scores: NDArray[np.float32]  # [n_queries, depth], -inf where doc_idx == -1
+    scores: NDArray[np.floating]  # [n_queries, depth], -inf where doc_idx == -1; float32 or float64
 
     def __post_init__(self) -> None:
         if self.doc_idx.shape != self.scores.shape or self.doc_idx.ndim != 2:
@@ -43,9 +43,9 @@ class Ranking:
         return Ranking(self.doc_idx[:, :depth], self.scores[:, :depth])
 
     @classmethod
-    def empty(cls, n_queries: int, depth: int) -> "Ranking":
-        """Nothing retrieved: every entry -1, every score -inf."""
-        return cls(np.full((n_queries, depth), -1, np.int64), np.full((n_queries, depth), -np.inf, np.float32))
+    def empty(cls, n_queries: int, depth: int, dtype: Any = np.float32) -> "Ranking":
+        """Nothing retrieved: every entry -1, every score -inf (float32, or ``dtype``)."""
+        return cls(np.full((n_queries, depth), -1, np.int64), np.full((n_queries, depth), -np.inf, dtype))
 
 
 def padded(doc_idx: NDArray[np.integer], scores: NDArray[np.floating], depth: int) -> Ranking:
@@ -54,7 +54,7 @@ def padded(doc_idx: NDArray[np.integer], scores: NDArray[np.floating], depth: in
     n_q, width = doc_idx.shape
     if width >= depth:
         return Ranking(doc_idx, scores)
-    out = Ranking.empty(n_q, depth)
+    out = Ranking.empty(n_q, depth, scores.dtype)
     out.doc_idx[:, :width] = doc_idx
     out.scores[:, :width] = scores
     return out
@@ -67,8 +67,10 @@ def rows_to_ranking(query: NDArray[np.integer], doc: NDArray[np.integer], scores
     ``query`` holds row indices 0..n_queries-1 (drop other rows first), ``doc`` document
     indices. Each query's rows are ordered by score descending, then by ``tie`` ascending
     (default: the rows' own order, so ties keep the input's order), and the first ``depth``
-    are kept (None: as deep as the query with the most rows, at least 1). Ordering uses the
-    scores as given (e.g. float64 from a run file); the Ranking stores them as float32.
+    are kept (None: as deep as the query with the most rows, at least 1). The Ranking keeps
+    the scores as given: float32 stays float32 (hybrid's fused scores), anything else is
+    float64 (a run file's scores: never narrowed, so 1e300 stays finite and 1 + 1e-9 stays
+    apart from 1).
     Rows usually arrive grouped by query in rank order: that is checked before any sort.
     """
     query = np.asarray(query, dtype=np.int64)
@@ -87,7 +89,7 @@ def rows_to_ranking(query: NDArray[np.integer], doc: NDArray[np.integer], scores
     width = max(int(counts.max(initial=0)), 1) if depth is None else depth
     pos = np.arange(n) - (np.cumsum(counts) - counts)[q]
     keep = pos < width
-    out = Ranking.empty(n_queries, width)
+    out = Ranking.empty(n_queries, width, np.float32 if key.dtype == np.float32 else np.float64)
     out.doc_idx[q[keep], pos[keep]] = doc[order][keep]
     out.scores[q[keep], pos[keep]] = key[order][keep]
     return out
@@ -106,7 +108,7 @@ def load_or_compute_ranking(cache_dir: str | Path | None, key: Mapping[str, Any]
     """
     computed: list[Ranking] = []
 
-    def compute_arrays() -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+    def compute_arrays() -> tuple[NDArray[np.int64], NDArray[np.floating]]:
         computed.append(compute())
         return computed[0].doc_idx, computed[0].scores
 

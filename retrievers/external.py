@@ -37,12 +37,10 @@ The counts of the last search are in ``report`` (``external_*`` keys) and logged
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,6 +49,10 @@ import pandas as pd
 from pipeline.context.chunking import FOLDS, fold
 from pipeline.errors import InputError
 from retrievers.base import Ranking
+from retrievers.calls import BadResult, build_from_factory, describe, load_callable, run_calls
+
+__all__ = ["BadResult", "ExternalRetriever", "Hit", "as_id", "as_score", "build_from_factory",
+           "check_choice", "load_callable"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ ON_ERROR = ("fail", "skip")
 ON_UNKNOWN = ("warn", "fail")
 #: Results asked per query when chunks are folded and ``fetch_k`` is not set: this many times the depth.
 FOLD_FETCH_FACTOR = 4
+#: Seconds one call of the user's code may take by default (``retriever.timeout_s``).
+DEFAULT_TIMEOUT_S = 60.0
 #: How many example ids a warning names.
 EXAMPLES = 3
 
@@ -80,53 +84,6 @@ class Checked(NamedTuple):
     none_scores: bool
     reordered: bool
     duplicates: int
-
-
-class BadResult(ValueError):
-    """A result the adapter cannot use (not an id and a score, a missing key, a NaN score...)."""
-
-
-def load_callable(spec: str, key: str) -> Callable[..., Any]:
-    """The function named by ``module:function`` (``module:Class.method`` too); InputError
-    (one line naming the config key) when it cannot be imported or is not callable."""
-    if not isinstance(spec, str) or ":" not in spec:
-        raise InputError(f"{key}={spec!r}: expected module:function, e.g. {key}=my_package.search:search")
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # ImportError, or the user's module failing at import time
-        raise InputError(f"{key}={spec}: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
-    target: Any = module
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise InputError(f"{key}={spec}: module {module_name!r} has no {attr!r}")
-    if not callable(target):
-        raise InputError(f"{key}={spec}: {attr!r} is a {type(target).__name__}, not a function")
-    return target
-
-
-def build_from_factory(spec: str, k: int, options: Mapping[str, Any], kind: Any, kind_name: str) -> Any:
-    """``factory(**options)`` of the ``module:function`` ``spec`` (``retriever.factory``), with
-    ``k=k`` added when the factory has a parameter named ``k`` (the results wanted per query);
-    InputError unless it returns an instance of ``kind``."""
-    import inspect
-
-    factory = load_callable(spec, "retriever.factory")
-    kwargs = dict(options)
-    try:
-        takes_k = "k" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        takes_k = False
-    if takes_k:
-        kwargs.setdefault("k", k)
-    try:
-        built = factory(**kwargs)
-    except Exception as err:  # the user's factory
-        raise InputError(f"retriever.factory={spec} failed: {type(err).__name__}: {err}") from None
-    if not isinstance(built, kind):
-        raise InputError(f"retriever.factory={spec} returned a {type(built).__name__}, not a {kind_name}")
-    return built
 
 
 def check_choice(value: str, choices: Sequence[str], key: str) -> str:
@@ -180,6 +137,8 @@ class ExternalRetriever:
         fetch_k: results asked per query (None: the depth; with ``doc_id_key`` 4 x the depth).
         version: the user's name for this retriever's state; rankings are cached only with one.
         show_progress_bar: a bar with queries/s on a terminal.
+        timeout_s: seconds one call of the user's code may take (a query, or a batch) before it
+            fails as that query's (batch's) failure; None or 0: no limit (``retrievers.calls``).
     """
 
     name = "external"
@@ -188,7 +147,8 @@ class ExternalRetriever:
 
     def __init__(self, concurrency: int = 4, on_error: str = "fail", on_unknown: str = "warn",
                  doc_id_key: str | None = None, fold: str = "maxp", chunk_key: str = "chunk",
-                 fetch_k: int | None = None, version: str | None = None, show_progress_bar: bool = True):
+                 fetch_k: int | None = None, version: str | None = None, show_progress_bar: bool = True,
+                 timeout_s: float | None = DEFAULT_TIMEOUT_S):
         if int(concurrency) < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if fetch_k is not None and int(fetch_k) < 1:
@@ -202,6 +162,10 @@ class ExternalRetriever:
         self.fetch_k = None if fetch_k is None else int(fetch_k)
         self.version = None if version is None or str(version) == "" else str(version)
         self.show_progress_bar = bool(show_progress_bar)
+        if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
+                                      or not math.isfinite(timeout_s) or timeout_s < 0):
+            raise ValueError(f"timeout_s must be a number of seconds >= 0 (0 or null: no limit), got {timeout_s!r}")
+        self.timeout_s = float(timeout_s) if timeout_s else None
         self.report: dict[str, Any] = {}
         self._doc_index: pd.Index | None = None
         self._said_no_cache = False
@@ -236,7 +200,8 @@ class ExternalRetriever:
         return {"retriever": self.name, **self.identity(), "version": self.version, "doc_id_key": self.doc_id_key,
                 "fold": self.fold if self.doc_id_key else None,
                 "chunk_key": self.chunk_key if self.doc_id_key and self.fold == "firstp" else None,
-                "fetch_k": self.fetch_k, "on_unknown": self.on_unknown}
+                "fetch_k": self.fetch_k, "on_unknown": self.on_unknown,
+                "scores": "float64"}  # since issue 33: an entry cached with float32 scores is not reused
 
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
         """Remember the corpus's ids (the user's retriever holds its own index)."""
@@ -258,7 +223,12 @@ class ExternalRetriever:
         k = self.k_for(depth)
         self.prepare(k)
         hits, failed = self.run_queries(list(query_ids), list(query_texts), k)
+        if query_ids and len(failed) == len(query_ids):
+            raise InputError(f"retriever={self.name}: all {len(failed)} queries failed (retriever.on_error=skip): "
+                             "nothing to score; the warnings above say why")
         ranking, counts = self.to_ranking(list(query_ids), hits, depth)
+        if query_ids and not (ranking.doc_idx >= 0).any():
+            raise InputError(self.nothing_known(hits, counts, len(query_ids)))
         self.report = {**self.report, "external_queries": len(query_ids), "external_failed_queries": len(failed),
                        **{f"external_{key}": value for key, value in counts.items()}}
         if failed:
@@ -287,30 +257,17 @@ class ExternalRetriever:
             return [self.check(self.query(texts[rows[0]], k))]
 
         bar = self.progress(n)
+        workers = 1 if self.batched else self.concurrency
         try:
-            if self.batched or self.concurrency == 1:
-                results = (self.attempt(work, rows) for rows in units)
-                self.collect(units, results, query_ids, out, failed, bar)
-            else:
-                with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"retriever-{self.name}") as pool:
-                    try:
-                        self.collect(units, pool.map(lambda rows: self.attempt(work, rows), units), query_ids, out,
-                                     failed, bar)
-                    except BaseException:
-                        pool.shutdown(wait=True, cancel_futures=True)
-                        raise
+            calls = run_calls(lambda u: work(units[u]), len(units), workers, self.timeout_s, f"retriever-{self.name}")
+            try:
+                self.collect(units, calls, query_ids, out, failed, bar)
+            finally:
+                calls.close()  # stops the calls not started yet (on_error=fail, Ctrl-C)
         finally:
             if bar is not None:
                 bar.close()
         return out, failed
-
-    @staticmethod
-    def attempt(work: Callable[[list[int]], list[Checked]], rows: list[int]) -> tuple[list[Checked] | None,
-                                                                                          BaseException | None]:
-        try:
-            return work(rows), None
-        except Exception as err:  # the user's code: any exception is a failed query
-            return None, err
 
     def collect(self, units: list[list[int]], results: Any, query_ids: list[str], out: list[Checked | None],
                 failed: list[str], bar: Any) -> None:
@@ -318,7 +275,7 @@ class ExternalRetriever:
             if err is not None:
                 who = (f"query {query_ids[rows[0]]!r}" if len(rows) == 1 else
                        f"the batch of queries {query_ids[rows[0]]!r}..{query_ids[rows[-1]]!r} ({len(rows)} queries)")
-                what = f"bad result: {err}" if isinstance(err, BadResult) else f"{type(err).__name__}: {err}".strip()
+                what = describe(err)
                 if self.on_error == "fail":
                     raise InputError(f"retriever={self.name}: {who} failed: {what} "
                                      "(retriever.on_error=skip scores such queries as empty and goes on)") from err
@@ -447,6 +404,16 @@ class ExternalRetriever:
             out.scores.append(float(scores[i]))  # type: ignore[arg-type]
         return out
 
+    def nothing_known(self, hits: list[Checked | None], counts: dict[str, int], n_queries: int) -> str:
+        """Why a search left every query empty: no id the retriever returned is in the
+        corpus (an index of another corpus?), or it returned nothing at all."""
+        if counts["unknown_ids"]:
+            examples = list(dict.fromkeys(d for found in hits if found for d in found.docs))[:EXAMPLES]
+            return (f"retriever={self.name}: none of the {counts['unknown_ids']} ids it returned for "
+                    f"{counts['queries_with_unknown_ids']} of the {n_queries} queries is in the corpus (e.g. "
+                    f"{', '.join(map(repr, examples))}): nothing to score; an index of another corpus?{self.id_hint()}")
+        return f"retriever={self.name}: it returned no result for any of the {n_queries} queries: nothing to score"
+
     def id_hint(self) -> str:
         if self.doc_id_key:
             return f"; check retriever.doc_id_key={self.doc_id_key}"
@@ -466,7 +433,7 @@ class ExternalRetriever:
         chunk_idx[q, pos] = known
         chunk_scores[q, pos] = scores
         doc_idx, folded = fold(chunk_idx, chunk_scores, np.arange(max(len(self._doc_index), 1)), depth, "maxp")
-        return Ranking(doc_idx, folded.astype(np.float32))
+        return Ranking(doc_idx, folded)  # float64: the scores as the retriever gave them
 
     @staticmethod
     def folded(rows: list[tuple[list[int], list[float]]], chunk_doc: np.ndarray, depth: int, method: str) -> Ranking:
@@ -480,7 +447,7 @@ class ExternalRetriever:
             chunk_scores[q, : len(scores)] = scores
         doc_idx, scores = fold(chunk_idx, chunk_scores, chunk_doc if len(chunk_doc) else np.zeros(1, np.int64),
                                depth, method)
-        return Ranking(doc_idx, scores.astype(np.float32))
+        return Ranking(doc_idx, scores)
 
     def warn(self, counts: dict[str, int], unknown_examples: list[str], n_queries: int) -> None:
         if counts["unknown_ids"]:

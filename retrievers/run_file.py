@@ -12,13 +12,14 @@ tie rule ``tie_break`` (the names are ``pipeline.io.formats``'s, shared with the
 - ``file_order``: the run file's line order.
 
 The rank column is ignored (trec_eval ignores it too). Ordering uses the file's scores at
-full (float64) precision; the Ranking stores them as float32. Nothing is dropped silently:
-documents that are not in the corpus are skipped (they could only be unjudged); queries of
-the run that were not asked for are ignored; queries absent from the run get empty rows
-(all ``-1``, scoring 0). A partial overlap is one warning line with these counts; no
-overlap at all (none of the run's queries is asked for, or none of its documents for them
-is in the corpus: a run made for another query set or collection) is an ``InputError``
-naming the run file. The counts of the last search are in ``report``.
+full (float64) precision, and the Ranking keeps them so (the job's run.trec writes them back
+exactly). Nothing is dropped silently: documents that are not in the corpus are skipped
+(they could only be unjudged); queries of the run that were not asked for are ignored;
+queries absent from the run get empty rows (all ``-1``, scoring 0). A partial overlap is
+one warning line with these counts; no overlap at all (none of the run's queries is asked
+for, or none of its documents for them is in the corpus: a run made for another query set
+or collection) is an ``InputError`` naming the run file. The counts of the last search are
+in ``report``.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ class RunFileRetriever:
     def cache_key(self) -> dict[str, Any]:
         path = self.path.resolve()
         sha = file_sha256(path) if path.is_file() else None  # a missing file fails in search()
-        return {"retriever": "run_file", "path": str(path), "sha256": sha, "tie_break": self.tie_break}
+        # scores: float64 since issue 33 (an entry cached with float32 scores is not reused)
+        return {"retriever": "run_file", "path": str(path), "sha256": sha, "tie_break": self.tie_break,
+                "scores": "float64"}
 
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
         index = pd.Index(np.asarray(doc_ids, dtype=object))

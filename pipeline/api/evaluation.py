@@ -99,8 +99,9 @@ class EvaluationResult:
 
     def to_trec(self, path: str | os.PathLike, tag: str | None = None) -> Path:
         """Write the run as a TREC run file, every query of it, each in the order scored
-        (``settings["tie_break"]``); scores with 9 significant digits (``write_run``), so a
-        reader that keeps file order scores it the same. Returns the path."""
+        (``settings["tie_break"]``); scores as ``write_run`` writes them (each float64 exactly,
+        or 9 digits when all are float32 values), so any reader, under either tie rule, orders
+        them as they were. Returns the path."""
         run = self.run
         tie = None
         if self.settings["tie_break"] == "docid_desc":
@@ -113,11 +114,6 @@ class EvaluationResult:
         valid = rows >= 0
         docs = np.where(valid, run.doc_codes[np.maximum(rows, 0)], -1)
         scores = np.where(valid, run.scores[np.maximum(rows, 0)], -np.inf)
-        text = np.char.mod("%.9g", np.where(valid, scores, 0.0))
-        merged = int(((text[:, 1:] == text[:, :-1]) & (scores[:, 1:] != scores[:, :-1]) & valid[:, 1:]).sum())
-        if merged:
-            log.warning("%d scores of %s equal their neighbour's when written with 9 significant digits: a reader "
-                        "that re-sorts ties (trec_eval) may order them differently", merged, path)
         write_run(path, run.query_dict.to_pylist(), run.doc_dict.to_pylist(), docs, scores,
                   tag or run.tag or self.name)
         return Path(path)

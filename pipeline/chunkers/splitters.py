@@ -275,7 +275,7 @@ class SentenceChunker(Chunker):
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "size": self.size, "overlap": self.overlap, "min_size": self.min_size,
-                "library": f"semantic-text-splitter {_version('semantic-text-splitter')}"}
+                "library": f"semantic-text-splitter {_version('semantic-text-splitter')}", "long_run": LONG_RUN}
 
     def splitter(self) -> Any:
         """The library's splitter, made once per chunker (making one re-reads the whole tokenizer)."""
@@ -287,24 +287,102 @@ class SentenceChunker(Chunker):
                                                                      overlap=self.overlap, trim=True)
         return self._splitter
 
+    def windows(self) -> "TokenChunker":
+        """The token chunker for :data:`LONG_RUN` stretches: windows of ``min_size`` tokens when
+        set (where the library closes a chunk when all breaks are words), else ``size``."""
+        if getattr(self, "_windows", None) is None:
+            size = self.size if self.min_size is None else self.min_size
+            self._windows = TokenChunker(size, min(self.overlap, size - 1), str(self.tokenizer_path), self.fold,
+                                         self.depth)
+        return self._windows
+
     def spans(self, texts: list[str]) -> NDArray[np.int64]:
+        """The library's chunks of every document, except in stretches of :data:`LONG_RUN`
+        characters or more without a sentence or line break (:func:`long_runs`): there the
+        library's cost grows faster than the text (a 10 MB document without a full stop took
+        642 s), and with no sentence to keep whole its chunks are words packed up to ``size``
+        (``min_size`` when set) tokens anyway, so such a stretch gets the token chunker's
+        word-aligned windows of that many tokens (``overlap`` shared, capped below it). A
+        document without such a stretch is chunked exactly as before."""
         splitter = self.splitter()
-        rows: list[tuple[int, int, int]] = []
-        pieces: list[str] = []
+        rows: list[tuple[int, int, int, int]] = []  # tokens -1: counted below
         for d, text in enumerate(texts):
-            found = splitter.chunk_indices(text)
-            if not found:
-                rows.append((d, 0, 0))
-                pieces.append("")
-                continue
-            for start, piece in found:  # start: a character offset
-                rows.append((d, start, start + len(piece)))
-                pieces.append(piece)
-        out = np.zeros((len(rows), 4), np.int64)
-        if rows:
-            out[:, :3] = rows
-            out[:, 3] = self.count(pieces)
+            before = len(rows)
+            for kind, a, b in text_segments(text):
+                if kind == "text":
+                    rows.extend((d, a + start, a + start + len(piece), -1)
+                                for start, piece in splitter.chunk_indices(text[a:b]))  # start: a character offset
+                else:
+                    rows.extend((d, a + s, a + e, t) for _, s, e, t in self.windows().spans([text[a:b]]).tolist()
+                                if e > s)
+            if len(rows) == before:
+                rows.append((d, 0, 0, 0))
+        out = np.asarray(rows, np.int64).reshape(-1, 4)
+        todo = out[:, 3] < 0
+        if todo.any():
+            out[todo, 3] = self.count([texts[d][a:b] for d, a, b, _ in out[todo].tolist()])
         return out
+
+
+#: A stretch of at least this many characters without a sentence or line break is chunked in
+#: word-aligned token windows by the sentence and semantic chunkers (:meth:`SentenceChunker.spans`).
+LONG_RUN = 1 << 14
+
+
+@lru_cache(maxsize=2)
+def _long_run_pattern(ascii_only: bool) -> Any:
+    """A run of :data:`LONG_RUN` characters none of which can end a sentence or a line: every
+    Unicode sentence terminator (UAX #29 STerm, ATerm) is "other punctuation" (Po), and the
+    paragraph separators are line breaks, so such a run holds no sentence boundary.
+    ``ascii_only``: only the ASCII terminators (a fast first pass; a class of every Po
+    character costs about 0.6 us a character)."""
+    import re
+    import sys
+    import unicodedata
+
+    top = 0x7F if ascii_only else sys.maxunicode
+    breaks = [chr(c) for c in range(top + 1) if unicodedata.category(chr(c)) == "Po"]
+    breaks += ["\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029"]
+    chars = "".join(re.escape(c) for c in breaks)
+    # Only from a run's first character (the lookbehind): trying every start inside a run
+    # would cost the run's length at each, quadratic in the text.
+    return re.compile(f"(?<![^{chars}])[^{chars}]{{{LONG_RUN},}}")
+
+
+def long_runs(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of every stretch of :data:`LONG_RUN` characters or more without a
+    sentence or line break, in order: the runs without an ASCII one, then, in those that are
+    not all ASCII, the runs without any. Linear in the text."""
+    out = []
+    for found in _long_run_pattern(True).finditer(text):
+        a, b = found.span()
+        if text[a:b].isascii():
+            out.append((a, b))
+        else:
+            out += [m.span() for m in _long_run_pattern(False).finditer(text, a, b)]
+    return out
+
+
+def text_segments(text: str) -> list[tuple[str, int, int]]:
+    """``text`` as ("text" | "run", start, end) segments in order: "run" for each stretch of
+    :data:`long_runs` (the punctuation right after it included: its sentence's end), "text"
+    for the rest. A text shorter than :data:`LONG_RUN` is one "text" segment."""
+    import unicodedata
+
+    if len(text) < LONG_RUN:
+        return [("text", 0, len(text))]
+    out: list[tuple[str, int, int]] = []
+    start = 0
+    for a, b in long_runs(text):
+        while b < len(text) and unicodedata.category(text[b]) == "Po":
+            b += 1
+        if a > start:
+            out.append(("text", start, a))
+        out.append(("run", a, b))
+        start = b
+    if start < len(text):
+        out.append(("text", start, len(text)))
+    return out
 
 
 class SemanticChunker(SentenceChunker):

@@ -35,19 +35,10 @@ from pipeline import config as pconfig
 from pipeline.naming import sweep_name, swept_overrides
 from pipeline.io import results as res
 from pipeline import tracking
-from pipeline.errors import InputError
+from pipeline.errors import InputError, Interrupted
 from pipeline.stats import DEFAULT_MARGIN, check_margin
 
 log = logging.getLogger(__name__)
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM during a sweep (a BaseException, like KeyboardInterrupt, so that no
-    job's ``except Exception`` swallows it)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 #: The sweep running in this process, for the interrupt handler: folder, store, objective.

@@ -130,7 +130,7 @@ def test_to_trec_writes_the_run_as_scored(tmp_path, cli):
     path = result.to_trec(tmp_path / "run.trec", tag="handmade")
     _assert_equals_cli(pipeline.evaluate(QRELS, path), cli)
     assert sorted(path.read_text().splitlines()) == sorted(
-        " ".join((q, "Q0", d, r, f"{float(s):.9g}", "handmade"))
+        " ".join((q, "Q0", d, r, repr(float(s)), "handmade"))  # each score exactly (issue 33)
         for q, _, d, r, s, _ in (line.split() for line in RUN.read_text().splitlines()))
 
 

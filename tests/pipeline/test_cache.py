@@ -270,15 +270,20 @@ def test_deeper_ranking_serves_shallower_requests(tmp_path):
 
 
 def test_ranking_arrays_round_trip_without_rankings(tmp_path):
-    """The cache stores plain arrays: int64 indices and float32 scores, sliced for reuse."""
+    """The cache stores plain arrays: int64 indices and the scores as computed (float32 stays
+    float32, anything else is float64: issue 33), sliced for reuse."""
     key = {"collection": "c", "retriever": {"r": 1}, "depth": 3}
     doc_idx = np.array([[2, 0, -1]], np.int32)
     scores = np.array([[1.5, 0.5, -np.inf]], np.float64)
     (got_idx, got_scores), hit = load_or_compute_ranking_arrays(tmp_path, key, lambda: (doc_idx, scores))
     assert not hit and got_idx is doc_idx and got_scores is scores  # a miss returns what was computed
     (got_idx, got_scores), hit = load_or_compute_ranking_arrays(tmp_path, key, lambda: pytest.fail("recomputed"))
-    assert hit and got_idx.dtype == np.int64 and got_scores.dtype == np.float32
+    assert hit and got_idx.dtype == np.int64 and got_scores.dtype == np.float64
     assert got_idx.tolist() == [[2, 0, -1]] and got_scores.tolist() == [[1.5, 0.5, -np.inf]]
+    key32 = {**key, "retriever": {"r": 32}}
+    load_or_compute_ranking_arrays(tmp_path, key32, lambda: (doc_idx, scores.astype(np.float32)))
+    (_, got_scores), hit = load_or_compute_ranking_arrays(tmp_path, key32, lambda: pytest.fail("recomputed"))
+    assert hit and got_scores.dtype == np.float32
     (head, _), hit = load_or_compute_ranking_arrays(
         tmp_path, {**key, "depth": 2}, lambda: pytest.fail("recomputed"), reuse_deeper=True
     )

@@ -17,7 +17,7 @@ def test_rows_to_ranking_orders_by_score_then_ties_by_row_order_and_pads():
     scores = np.array([1.0, 3.0, 1.0, 0.5, 2.0])
     r = rows_to_ranking(query, doc, scores, n_queries=3, depth=5)
     assert r.doc_idx.tolist() == [[8, -1, -1, -1, -1], [6, 9, 5, 7, -1], [-1] * 5]
-    assert r.doc_idx.dtype == np.int64 and r.scores.dtype == np.float32
+    assert r.doc_idx.dtype == np.int64 and r.scores.dtype == np.float64  # as given
     assert r.scores[1].tolist() == [3.0, 2.0, 1.0, 1.0, -np.inf] and r.scores[2].tolist() == [-np.inf] * 5
 
 
@@ -38,7 +38,8 @@ def test_rows_to_ranking_sorts_by_the_scores_given_not_their_float32_rounding():
     # 1 + 2**-30 and 1 are one float32 but distinct float64 values: the higher one comes first
     scores = np.array([1.0, 1.0 + 2.0**-30])
     r = rows_to_ranking(np.array([0, 0]), np.array([0, 1]), scores, 1)
-    assert r.doc_idx.tolist() == [[1, 0]] and r.scores.tolist() == [[1.0, 1.0]]
+    # ... and the Ranking keeps both apart (float64 in, float64 kept: issue 33)
+    assert r.doc_idx.tolist() == [[1, 0]] and r.scores.tolist() == [[1.0 + 2.0**-30, 1.0]]
 
 
 @given(

@@ -113,6 +113,17 @@ def test_chunks_in_a_local_folder_fold_into_documents(loaded):
             assert len(set(found.tolist())) == len(found)
 
 
+def test_a_collection_built_from_another_corpus_is_refused(loaded):
+    """Issue 33: no id of the collection is a document of the corpus: one line, not 0.0000."""
+    collection = adapters_fixtures.minilm(loaded["cache"])["collection"]
+    retriever = ChromaRetriever("sample-chunks", path=str(loaded["folder"]), cache_dir=loaded["cache"],
+                                doc_id_key="doc_id", show_progress_bar=False)
+    retriever.index([f"other-{i}" for i in range(collection.n_docs)], collection.doc_texts)
+    with pytest.raises(InputError, match=r"^error: retriever=chroma: none of the \d+ ids it returned for 52 of the 52 "
+                                         r"queries is in the corpus \(e.g. 'd\d+'.*\): nothing to score"):
+        retriever.search(collection.query_ids, collection.query_texts, 10)
+
+
 def test_a_server_that_is_down_or_a_missing_collection_is_one_line(loaded, capsys):
     retriever = ChromaRetriever("sample", host="127.0.0.1", port=free_port(), cache_dir=loaded["cache"])
     retriever.index(["d"], ["t"])

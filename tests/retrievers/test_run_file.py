@@ -42,7 +42,7 @@ def test_maps_ids_orders_and_pads(run_path, caplog):
         ranking = r.search(["q1", "q2", "q4"], ["", "", ""], 4)
     assert ranking.doc_idx.tolist() == [[0, 2, 1, -1], [-1, -1, -1, -1], [3, 4, -1, -1]]
     np.testing.assert_array_equal(ranking.scores[0, :3], np.float32([2.0, 2.0, 1.5]))
-    assert np.isneginf(ranking.scores[1]).all() and ranking.scores.dtype == np.float32
+    assert np.isneginf(ranking.scores[1]).all() and ranking.scores.dtype == np.float64
     assert r.report == {"run_unknown_docs": 1, "run_other_queries": 1, "run_queries_without_results": 1}
     warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING]
     # one line with every count (issue 28): queries with results, unknown documents, other queries

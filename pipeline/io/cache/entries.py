@@ -80,7 +80,10 @@ def load_or_compute_array(cache_dir: str | Path | None, key: Mapping[str, Any], 
     return array, False
 
 
-RankingArrays = tuple[NDArray[np.int64], NDArray[np.float32]]  # doc_idx, scores: [n_queries, depth] each
+RankingArrays = tuple[NDArray[np.int64], NDArray[np.floating]]  # doc_idx, scores: [n_queries, depth] each
+#: The dtypes a ranking's scores are cached in: float32 (the built-in retrievers'), float64
+#: (user retrievers' and run files' scores, kept exactly); an entry says which ("scores_dtype").
+SCORE_DTYPES = ("float32", "float64")
 
 
 def _ranking_paths(folder: Path, base: str, depth: int) -> tuple[Path, Path, Path]:
@@ -132,7 +135,10 @@ def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any, n_queries:
             log.warning("cache entry %s holds another key (digest collision?); ignoring it", meta)
             return None
         idx_hash, score_hash = stored_hash(stored, "doc_idx"), stored_hash(stored, "scores")
-        doc_idx, scores = load_verified(idx_path, idx_hash, "int64"), load_verified(score_path, score_hash, "float32")
+        score_dtype = stored.get("scores_dtype", "float32")  # entries written before float64 existed: float32
+        if score_dtype not in SCORE_DTYPES:
+            raise DamagedEntry(meta, f"scores_dtype {score_dtype!r}")
+        doc_idx, scores = load_verified(idx_path, idx_hash, "int64"), load_verified(score_path, score_hash, score_dtype)
         try:
             shape = _ranking_shape(doc_idx, scores)
         except ValueError as err:
@@ -176,17 +182,20 @@ def _store_ranking(cache_dir: str | Path, folder: Path, base: str, depth: int, r
     if computed_depth != depth:
         raise ValueError(f"compute() returned depth {computed_depth}, the key says {depth}")
     meta, idx_path, score_path = _ranking_paths(folder, base, depth)
-    idx64, scores32 = np.ascontiguousarray(doc_idx, np.int64), np.ascontiguousarray(scores, np.float32)
-    problem = ranking_problem(idx64, scores32, n_docs)
+    dtype = np.float32 if np.asarray(scores).dtype == np.float32 else np.float64
+    idx64, scores_out = np.ascontiguousarray(doc_idx, np.int64), np.ascontiguousarray(scores, dtype)
+    problem = ranking_problem(idx64, scores_out, n_docs)
     if n_queries is not None and computed_queries != n_queries:
         problem = f"{computed_queries} rows for {n_queries} queries"
     if problem:
         log.warning("computed ranking for %s not cached: %s", meta, problem)
         return
     record = {"key_without_depth": rest, "depth": depth, "n_queries": computed_queries, "n_docs": n_docs,
-              "hash": {"doc_idx": content_hash(idx64), "scores": content_hash(scores32)}}
+              "hash": {"doc_idx": content_hash(idx64), "scores": content_hash(scores_out)}}
+    if dtype == np.float64:  # (float32 entries stay as they were written before: no new key)
+        record["scores_dtype"] = "float64"
     if write_entry(cache_dir, [(idx_path, lambda: save_array(idx_path, idx64)),
-                               (score_path, lambda: save_array(score_path, scores32)),
+                               (score_path, lambda: save_array(score_path, scores_out)),
                                (meta, lambda: save_json(meta, record))]):
         log.debug("ranking cache write %s", meta)
 
@@ -196,7 +205,7 @@ def load_or_compute_ranking_arrays(
     reuse_deeper: bool = False, n_queries: int | None = None, n_docs: int | None = None,
 ) -> tuple[RankingArrays, bool]:
     """The ranking arrays (doc_idx, scores) cached under ``key``, or ``compute()``'s stored
-    there (as int64 and float32). Returns ((doc_idx, scores), hit); both are [n_queries, depth].
+    there (as int64, and float32 or float64 as computed). Returns ((doc_idx, scores), hit); both are [n_queries, depth].
 
     ``key`` should hold everything that shaped the ranking: the collection digest, the
     retriever's ``cache_key()`` and the ``depth`` (an int). With ``reuse_deeper=True``, a

@@ -288,12 +288,28 @@ def check_writable_id(value: str, what: str, path: Path) -> None:
         raise InputError(f"cannot write the run: {what} id {value!r} {problem}", path)
 
 
+def score_texts(scores: NDArray[np.floating]) -> list[str]:
+    """The scores as text that gives their ranking back under any tie rule: when every score is
+    a float32 value (the built-in retrievers' scores) 9 significant digits, which tell every
+    two float32 values apart in their order (and are what runs always held); else every score
+    as the shortest text that reads back as the same float64 (``repr``), so 1 + 1e-9 stays
+    apart from 1 and 1e300 stays finite. One rule per file: mixing the two could reorder
+    a float32 score and a float64 one within half a float32 step of it."""
+    values = np.asarray(scores, dtype=np.float64)
+    with np.errstate(over="ignore"):  # 1e300 as float32 is inf: not a float32 value, as intended
+        narrowed = values.astype(np.float32).astype(np.float64)
+    if np.array_equal(narrowed, values):
+        return np.char.mod("%.9g", values).tolist()
+    return [repr(v) for v in values.tolist()]
+
+
 def write_run(path: str | Path, query_ids: list[str], doc_ids: list[str], doc_idx: NDArray[np.integer],
               scores: NDArray[np.floating], tag: str = "pipeline") -> None:
     """Write a Ranking-like pair of arrays as a TREC run (rank 1 first; -1 entries skipped),
     atomically (``.gz``: gzip), columns and ids as ``pipeline.io.formats`` says.
 
-    Scores are written with 9 significant digits so float32 values round-trip. The tag is
+    Scores keep the ranking they had (:func:`score_texts`); a score that is not a finite
+    number is refused (InputError naming the query and document). The tag is
     one TREC field: whitespace in it becomes ``_`` (``bm25-none-k10 k1=1.5`` ->
     ``bm25-none-k10_k1=1.5``).
     """
@@ -321,9 +337,14 @@ def write_run(path: str | Path, query_ids: list[str], doc_ids: list[str], doc_id
                 separator = "\t"
     docs = doc_array[doc_idx[valid]]
     qids = query_array[q_rows]
-    text = np.char.mod("%.9g", scores[valid].astype(np.float64))
+    values = np.asarray(scores)[valid]
+    if not np.isfinite(values).all():
+        bad = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise InputError(f"cannot write the run: query {qids[bad]!r}, document {docs[bad]!r} has the score "
+                         f"{float(values[bad])}, not a finite number", path)
+    text = score_texts(values)
     lines = [separator.join((q, "Q0", d, str(r), s, tag)) + "\n"
-             for q, d, r, s in zip(qids.tolist(), docs.tolist(), (cols + 1).tolist(), text.tolist())]
+             for q, d, r, s in zip(qids.tolist(), docs.tolist(), (cols + 1).tolist(), text)]
     with atomic_open(path, "wb") as fh:
         out = gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) if path.suffix == ".gz" else fh
         out.write("".join(lines).encode("utf-8"))

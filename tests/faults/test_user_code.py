@@ -1,0 +1,246 @@
+"""The user's retriever code behind one boundary (issue 33, items 1 and 2).
+
+Reproduced first on the code before: a function that calls ``sys.exit(0)`` ended the job (and
+a sweep of it) with status 0, no error and no summary; a function that never returns hung the
+job forever and Ctrl-C could not stop it (the thread pool waited for its threads). Now: any
+exception from user code, ``SystemExit`` and ``KeyboardInterrupt`` included, is that query's
+failure in one line naming the retriever and the query; ``retriever.timeout_s`` fails a stuck
+call; Ctrl-C ends a job within seconds while a call is stuck (130, nothing written, no process
+left); a sweep goes on past a failing job, writes its summary and closes its parent run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import InputError
+from retrievers.calls import run_calls
+from retrievers.python_function import PythonRetriever
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ["d001", "d002", "d003"]
+
+#: The user's module: one function per behaviour; ``stuck`` writes a file once called.
+USER_MODULE = textwrap.dedent(
+    """
+    import os, sys, time
+
+    def good(text, k):
+        return [("d001", 2.0), ("d002", 1.0)] if text.startswith("How") else [("d003", 1.0)]
+
+    def exit_(text, k):
+        sys.exit(0)
+
+    def interrupt(text, k):
+        raise KeyboardInterrupt
+
+    def exit_on_chain(text, k):
+        if "chain" in text:
+            sys.exit(3)
+        return good(text, k)
+
+    def stuck(text, k):
+        flag = os.environ.get("STUCK_FLAG")
+        if flag:
+            open(flag, "a").close()
+        time.sleep(3600)
+    """
+)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """The module above under a name of its own (a fresh import per test)."""
+    name = f"ur_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def search(target: str, texts: list[str], **settings):
+    retriever = PythonRetriever(target, show_progress_bar=False, **settings)
+    retriever.index(DOCS, DOCS)
+    return retriever, retriever.search([f"q{i}" for i in range(len(texts))], texts, 2)
+
+
+@pytest.mark.parametrize("function, what", [("exit_", "it called sys.exit(0)"),
+                                            ("interrupt", "KeyboardInterrupt")])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_sys_exit_and_keyboard_interrupt_raised_by_user_code_are_the_querys_failure(user_module, function, what,
+                                                                                     concurrency):
+    with pytest.raises(InputError) as err:
+        search(f"{user_module}:{function}", ["a", "b"], concurrency=concurrency)
+    message = str(err.value)
+    assert message.startswith(f"error: retriever=python: query 'q0' failed: {what}") and "\n" not in message
+
+
+def test_a_batched_function_that_exits_fails_its_batch(user_module):
+    with pytest.raises(InputError, match=r"the batch of queries 'q0'..'q1' \(2 queries\) failed: it called sys.exit"):
+        search(f"{user_module}:exit_", ["a", "b"], batched=True)
+
+
+def test_on_error_skip_goes_on_past_an_exiting_query(user_module):
+    retriever, ranking = search(f"{user_module}:exit_on_chain", ["How chain", "How else"], on_error="skip")
+    assert ranking.doc_idx.tolist() == [[-1, -1], [0, 1]]
+    assert retriever.report["external_failed_queries"] == 1
+
+
+def test_a_stuck_call_fails_after_the_timeout_and_the_others_go_on(user_module):
+    start = time.monotonic()
+    with pytest.raises(InputError, match=r"query 'q0' failed: timed out: no answer after 0.3 s \(retriever.timeout_s\)"):
+        search(f"{user_module}:stuck", ["a"], timeout_s=0.3)
+    assert time.monotonic() - start < 3
+
+
+def test_timeouts_replace_the_stuck_workers():
+    """Two of four calls hang; with two workers both are replaced, so the other two still run."""
+    import threading
+
+    release = threading.Event()
+
+    def call(i: int) -> int:
+        if i < 2:
+            release.wait(30)
+        return i * 10
+
+    start = time.monotonic()
+    try:
+        got = list(run_calls(call, 4, workers=2, timeout_s=0.3))
+    finally:
+        release.set()
+    assert [type(err).__name__ if err else result for result, err in got] == ["CallTimeout", "CallTimeout", 20, 30]
+    assert time.monotonic() - start < 3
+
+
+def test_timeout_settings_are_checked():
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds >= 0"):
+        PythonRetriever("x:y", timeout_s=-1)
+    assert PythonRetriever("x:y", timeout_s=0).timeout_s is None and PythonRetriever("x:y").timeout_s == 60.0
+
+
+def test_a_module_that_exits_at_import_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "ur_exits_at_import.py").write_text("import sys\nsys.exit(1)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InputError, match=r"cannot import 'ur_exits_at_import': it called sys.exit\(1\)"):
+        search("ur_exits_at_import:search", ["a"])
+
+
+# --------------------------------------------------------------------------- in processes
+
+
+def _env(tmp_path: Path, **extra: str) -> tuple[dict[str, str], str]:
+    marker = f"outlive-{uuid.uuid4().hex}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
+    env.update(MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]), PIPELINE_TEST_MARKER=marker, **extra)
+    return env, marker
+
+
+def _carriers(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _assert_nothing_left(marker: str) -> None:
+    deadline = time.monotonic() + 2
+    while (left := _carriers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left alive: {left}"
+
+
+def _module(tmp_path: Path) -> str:
+    (tmp_path / "ur.py").write_text(USER_MODULE)
+    return "ur"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_ctrl_c_ends_a_job_whose_call_is_stuck(tmp_path):
+    module = _module(tmp_path)
+    flag = tmp_path / "called"
+    env, marker = _env(tmp_path, STUCK_FLAG=str(flag))
+    job = tmp_path / "job"
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path}",
+                             f"hydra.run.dir={job}", "retriever=python", f"retriever.target={module}:stuck",
+                             "retriever.timeout_s=null"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not flag.exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "the user function was never called"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the job did not end within 10 s of Ctrl-C")
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted (SIGINT)" in err and "Traceback" not in err
+    assert not (job / "results").exists()  # nothing half-written
+    assert "interrupted (SIGINT): the job stopped before its end" in (job / "pipeline.log").read_text()
+    _assert_nothing_left(marker)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_a_stuck_call_times_out_and_the_job_exits_2(tmp_path):
+    module = _module(tmp_path)
+    env, marker = _env(tmp_path)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path}",
+                           f"hydra.run.dir={tmp_path / 'job'}", "retriever=python", f"retriever.target={module}:stuck",
+                           "retriever.timeout_s=1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: retriever=python: query 'q01' failed: timed out: no answer after 1 s (retriever.timeout_s)")
+    assert time.monotonic() - start < 60
+    _assert_nothing_left(marker)
+
+
+@pytest.mark.slow
+def test_a_sweep_goes_on_past_a_job_whose_retriever_exits(tmp_path):
+    """The issue's command: 4 jobs, 2 of them fail in one line each; the summary is written
+    and the parent run closed as FAILED; the sweep exits 2."""
+    from mlflow import MlflowClient
+
+    from pipeline import tracking
+
+    module = _module(tmp_path)
+    env, _ = _env(tmp_path)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.ensure_store(tracking.StoreSettings(store))
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "pipeline", "-m", "retriever=python",
+                           f"retriever.target={module}:good,{module}:exit_", "retriever.version=a,b",
+                           f"paths.root={tmp_path}", f"tracking.uri={store}", f"hydra.sweep.dir={sweep}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    failed = [line for line in done.stderr.splitlines() if line.startswith("job ")]
+    assert len(failed) == 2 and all("failed: it called sys.exit(0)" in line for line in failed), done.stderr
+    assert len(list(sweep.glob("*/results/record.json"))) == 2
+    assert (sweep / "summary").is_dir()
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parents = [r for r in runs if r.data.tags.get(tracking.TAG_SWEEP_PARENT) == "true"]
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
