@@ -222,6 +222,33 @@ def write_marker(results: Path, uri: str, run_id: str, experiment_id: str) -> No
                                         "stores": stores})
 
 
+def job_root(job_dir: Path) -> Path | None:
+    """The folder a job ran in (its working directory), which the relative paths of its record
+    name (``sqlite:///outputs/mlflow.db``), found from where the job's folder is now. Hydra's
+    ``.hydra/hydra.yaml`` in the job folder says where the job ran (``runtime.cwd``) and where
+    its folder was (``runtime.output_dir``): when the folder is still as deep below some folder
+    as it was below the working directory (the tree was moved or copied whole), that folder;
+    else the working directory, if it is still there; None when neither is known."""
+    import yaml
+
+    job_dir = Path(job_dir)
+    try:
+        hydra = yaml.load((job_dir / ".hydra" / "hydra.yaml").read_text(encoding="utf-8"),
+                          Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        runtime = hydra["hydra"]["runtime"]
+        cwd, output_dir = Path(str(runtime["cwd"])), Path(str(runtime["output_dir"]))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    here = job_dir.absolute()
+    try:
+        below = output_dir.relative_to(cwd).parts
+    except ValueError:
+        below = ()
+    if below and here.parts[-len(below):] == below:
+        return Path(*here.parts[: -len(below)])
+    return cwd if cwd.is_absolute() and cwd.is_dir() else None
+
+
 def has_plots(results: Path) -> bool:
     return all((Path(results) / name).is_file() for name in PLOTS)
 

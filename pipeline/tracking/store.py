@@ -108,6 +108,21 @@ class StoreSettings:
         """The settings as a record stores them (``StoreSettings.of`` reads them back): no credential."""
         return {key: value for key, value in asdict(self).items() if key != "login"}
 
+    def anchored(self, root: Path | None) -> StoreSettings:
+        """These settings with a relative sqlite store and artifact root taken from ``root`` (the
+        folder the job ran in: ``pipeline.io.results.job_root``) instead of this process's working
+        directory, so ``pipeline.sync /abs/job`` run from any folder logs to the job's own store.
+        Unchanged when ``root`` is None, the store is a server or an absolute path, or both name
+        the same file (sync run where the job ran: the URI its files hold stays as it is)."""
+        db = sqlite_path(self.uri)
+        if root is None or db is None or db.is_absolute() or (Path(root) / db).resolve() == db.resolve():
+            return self
+        artifacts = self.artifact_root
+        if artifacts is not None and not Path(artifacts).is_absolute():
+            artifacts = str(Path(root) / artifacts)
+        return StoreSettings(uri=f"sqlite:///{Path(root) / db}", artifact_root=artifacts,
+                             http_retries=self.http_retries, http_timeout_s=self.http_timeout_s)
+
     def to(self, uri: str) -> StoreSettings:
         """These settings for another store (``pipeline.sync --tracking-uri``): a sqlite store
         keeps the artifacts of the experiments it creates beside it (``mlartifacts/``, as
