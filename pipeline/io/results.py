@@ -35,6 +35,7 @@ This module is an input/output module: it imports no hydra, mlflow or retrievers
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -120,7 +121,8 @@ def read_record(results: Path) -> dict[str, Any]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number: a job never records NaN or infinity (JSON's ``NaN`` in a record is damage)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_numbers(record: dict[str, Any], path: Path) -> None:
@@ -140,7 +142,8 @@ def check_numbers(record: dict[str, Any], path: Path) -> None:
                 points = list(value.values()) if isinstance(value, dict) else [value]
             bad = next((point for point in points if not _number(point)), None)
             if bad is not None:
-                raise InputError(f"{part} key {key!r} is not a number: {json.dumps(bad)[:40]}", path)
+                kind = "a finite number" if isinstance(bad, float) else "a number"  # NaN, Infinity
+                raise InputError(f"{part} key {key!r} is not {kind}: {json.dumps(bad)[:40]}", path)
     for part in ("params", "tags"):
         if not isinstance(record[part], dict) or not all(isinstance(v, str) for v in record[part].values()):
             raise InputError(f"{part} must map names to strings", path)

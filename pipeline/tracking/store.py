@@ -6,6 +6,7 @@ into a store, and the lines that tell a user where to look."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -177,10 +178,22 @@ def client(settings: StoreSettings) -> MlflowClient:
         raise TrackingError(redact(f"cannot open the MLflow store {settings.uri}: {type(exc).__name__}: {exc}")) from exc
 
 
+class _RaisedAnyway(logging.Filter):
+    """Drops MLflow's "SQLAlchemy database error" log record (a full traceback, some 40 lines,
+    per failed request): the same error is raised right after it as an MlflowException, which
+    reaches the user as one TrackingError line (``mlflow/store/db/utils.py``, MLflow 3.17)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error")
+
+
 @lru_cache(maxsize=4)
 def _client(uri: str) -> MlflowClient:
     from mlflow import MlflowClient  # heavy: imported only when a job tracks
 
+    chatty = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _RaisedAnyway) for f in chatty.filters):
+        chatty.addFilter(_RaisedAnyway())
     db = sqlite_path(uri)
     if db is not None:
         _create_sqlite_store(db)
@@ -225,8 +238,6 @@ def _migrate_into_place(db: Path) -> None:
     os.unlink(tmp)  # sqlite makes the file itself
     try:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        import logging
 
         # MLflow logs "Creating initial MLflow database tables..." at INFO on its own handler: the
         # job or sweep has said in its own line that it creates the store (``new_store_note``).
