@@ -153,7 +153,13 @@ def tracking_errors(what: str, uri: str | None = None) -> Iterator[None]:
         refusal = auth_refusal(exc, uri) if uri is not None else None
         if refusal is not None:
             raise TrackingError(refusal) from exc
-        raise TrackingError(redact(f"{what}: {type(exc).__name__}: {exc}")) from exc
+        raise TrackingError(redact(f"{what}: {type(exc).__name__}: {_one_line(exc)}")) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message without SQLAlchemy's second line ("(Background on this error at:
+    https://sqlalche.me/...)"): the user's error is one line."""
+    return " ".join(line for line in str(exc).splitlines() if not line.startswith("(Background on this error at"))
 
 
 def client(settings: StoreSettings) -> MlflowClient:
