@@ -20,12 +20,18 @@ import types
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.errors import InputError, positive_int
+from pipeline.errors import InputError, bounded_int, check_output_folder, positive_int
 from pipeline.comparison import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
                              format_table, log_report, write_report)
 from pipeline.comparison.ties import choose_metrics
 from pipeline.comparison.verdict import DEFAULT_MARGIN, check_margin
-from pipeline.tracking import TrackingError  # tracking imports mlflow when it is used, not before
+from pipeline.tracking import TrackingError, new_store_note, redact, sqlite_path, without_credentials
+# (tracking imports mlflow when it is used, not before)
+
+#: The most bootstrap resamples and permutations: the bootstrap holds 8 bytes per resample for
+#: each system and metric (1e6: 8 MB each), and a million draws already fix a p-value or a CI
+#: bound to about three digits.
+MAX_DRAWS = 1_000_000
 
 
 def _positive_float(text: str) -> float:
@@ -70,10 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON (nothing else on stdout)")
     parser.add_argument("--out", help="folder for report.md, report.json and figures "
                                       "(default: outputs/compare/<timestamp>)")
-    parser.add_argument("--n-resamples", type=positive_int, default=10_000, help="bootstrap resamples (10000)")
-    parser.add_argument("--n-permutations", type=positive_int, default=10_000,
-                        help="randomization-test sign flips and Tukey HSD permutations (10000)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    parser.add_argument("--n-resamples", type=bounded_int(1, MAX_DRAWS), default=10_000,
+                        help=f"bootstrap resamples (10000; at most {MAX_DRAWS:,})")
+    parser.add_argument("--n-permutations", type=bounded_int(1, MAX_DRAWS), default=10_000,
+                        help=f"randomization-test sign flips and Tukey HSD permutations (10000; at most {MAX_DRAWS:,})")
+    parser.add_argument("--seed", type=bounded_int(0, 2**63 - 1, "a seed"), default=0, help="random seed (0)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
     parser.add_argument("--correction", choices=CORRECTIONS, default="holm",
                         help="multiple-comparison correction over all comparisons of all metrics (holm)")
@@ -107,6 +114,7 @@ def _default_out() -> Path:
 
 
 def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bool] | None]:
+    out = check_output_folder(args.out, "--out") if args.out else _default_out()  # before any work
     try:  # by default, jobs that differ only in placement are compared on context_utility_at_k too
         systems, metrics = choose_metrics(args.systems, args.metrics, qrels=args.qrels,
                                           tracking_uri=args.tracking_uri, experiment_filter=args.filter,
@@ -117,10 +125,23 @@ def _compare(args: argparse.Namespace) -> tuple[Report, Path, tuple[str, str, bo
                               margin=check_margin(args.margin, "--margin"), all_tests=args.all_tests)
     except ValueError as err:  # a computing module's word for bad input
         raise InputError(str(err)) from err
-    out = Path(args.out) if args.out else _default_out()
     write_report(report, out)
-    logged = log_report(report, out, args.tracking_uri) if args.log else None
-    return report, out, logged
+    if not args.log:
+        return report, out, None
+    notes = _new_store_notes(args.tracking_uri, report)
+    logged = log_report(report, out, args.tracking_uri)
+    if note := notes.get(without_credentials(logged[1])):
+        print(note, file=sys.stderr if args.json else sys.stdout)
+    return report, out, (logged[0], without_credentials(logged[1]), logged[2])
+
+
+def _new_store_notes(tracking_uri: str | None, report: Report) -> dict[str, str]:
+    """The "creating a new one" note of each sqlite store ``--log`` may write to (the one named,
+    or each sweep's), asked before the store is made; keyed by the store's URI."""
+    uris = {tracking_uri or DEFAULT_TRACKING_URI, *(s.sweep_store for s in report.systems if s.sweep_store)}
+    notes = {without_credentials(uri): new_store_note(without_credentials(uri)) for uri in uris
+             if sqlite_path(without_credentials(uri)) is not None}
+    return {uri: note for uri, note in notes.items() if note}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,14 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, TrackingError) as err:  # one line on stderr (InputError's names the file)
         if args.debug:
             raise
-        print(str(err) if isinstance(err, InputError) else f"error: {err}", file=sys.stderr)
+        print(redact(str(err) if isinstance(err, InputError) else f"error: {err}"), file=sys.stderr)
         return err.exit_code if isinstance(err, InputError) else 3
     info = sys.stderr if args.json else sys.stdout
     print(json.dumps(report.data) if args.json else format_table(report))
     print(f"report: {out.resolve()}", file=info)
     if logged:
         where = "the sweep's parent run" if logged[2] else "a new run in experiment 'compare'"
-        print(f"MLflow: report logged to {where} {logged[0]} at {logged[1]}", file=info)
+        print(f"MLflow: report logged to {where} {logged[0]} at {redact(logged[1])}", file=info)
     return 0
 
 

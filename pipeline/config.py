@@ -132,7 +132,8 @@ class Settings:
             budgets=tuple(sorted(set(listed) | ({int(budget)} if budget is not None else set()))),
             runs_dir=Path(str(cfg.paths.runs)),
             store=tracking.StoreSettings.of(track) if track.enabled else None,
-            experiment=track.get("experiment"), run_name=track.get("run_name"),
+            experiment=track.get("experiment"),  # a run name is shown and written: never a secret in it
+            run_name=None if track.get("run_name") is None else tracking.redact(str(track.run_name)),
             log_per_query_table=bool(track.get("log_per_query_table", True)),
             dataset=cfg.dataset, retriever=cfg.retriever, reorder=cfg.reorder, attention=cfg.attention,
             chunker=cfg.get("chunker"), config=redacted(cfg))

@@ -17,13 +17,27 @@ and a sweep ``retriever=dense,chroma`` compares it with exact search.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, check_output_folder
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+#: Chroma's rule for a collection's name (chromadb 1.5's validation, checked here before the
+#: corpus is encoded): 3-512 of [a-zA-Z0-9._-], starting and ending with a letter or digit, no
+#: "..", not an IPv4 address.
+_COLLECTION_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+_IPV4 = re.compile(r"([0-9]{1,3}\.){3}[0-9]{1,3}")
+
+
+def collection_name(text: str) -> str:
+    """An argparse ``type=`` for ``--collection``: a name Chroma accepts (:data:`_COLLECTION_NAME`)."""
+    if not _COLLECTION_NAME.fullmatch(text) or ".." in text or _IPV4.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Chroma collection name: 3-512 of [a-zA-Z0-9._-], "
+                                         "starting and ending with a letter or digit, no '..', not an IP address")
+    return text
 
 
 def compose(overrides: Sequence[str]) -> Any:
@@ -53,7 +67,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     where.add_argument("--path", help="a local persistent Chroma folder (created if absent)")
     where.add_argument("--host", help="a Chroma server (chroma run --path DIR --port P)")
     chroma.add_argument("--port", type=int, default=8000)
-    chroma.add_argument("--collection", required=True, help="the collection's name (3-512 of [a-zA-Z0-9._-])")
+    chroma.add_argument("--collection", required=True, type=collection_name, help="the collection's name (3-512 of [a-zA-Z0-9._-])")
     chroma.add_argument("--space", default="cosine", choices=("cosine", "ip", "l2"), help="HNSW distance")
     chroma.add_argument("--replace", action="store_true", help="delete the collection first if it exists")
     chroma.add_argument("overrides", nargs="*", help="dataset=..., chunker=..., retriever.model=... (key=value)")
@@ -69,6 +83,8 @@ def load_chroma(args: argparse.Namespace) -> str:
     from retrievers.chroma import connect, encoder_settings, write_collection
     from retrievers.dense import DenseRetriever
 
+    if args.path is not None:
+        check_output_folder(args.path, "--path")  # before the corpus is encoded
     settings = Settings.of(compose(args.overrides))
     if args.path is None:  # a server that is down fails before the corpus is encoded
         connect(host=args.host, port=args.port)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from numpy.typing import NDArray
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, check_output_folder
 from pipeline.io.collection import Collection, load_unjudged
 from pipeline.judging.pool import (judged_pairs, labeling_config, pool, pool_summary, run_file_rankings, tasks,
                                    write_pool)
@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> None:
         raise InputError(f"--depth must be >= 1, got {args.depth}")
     if args.max_pool is not None and args.max_pool < 1:
         raise InputError(f"--max-pool must be >= 1, got {args.max_pool}")
+    check_output_folder(args.out, "--out")  # before any work
     token = None
     if args.label_studio:  # the token is checked before any work
         from pipeline.judging import labelstudio

@@ -50,10 +50,15 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.errors import InputError, positive_int
+from pipeline.errors import InputError, bounded_int
 from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, tie_break_rule
 from pipeline.io.scored import Scored, score_files
 from pipeline.metrics import FULL_DEPTH, Evaluation, judged_warning
+
+
+#: The most documents --per-query shows per query: the drill-down holds a (queries x N) table,
+#: and trec_eval's runs are 1000 deep.
+MAX_TOP_K = 10_000
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -98,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--all-columns", action="store_true",
                         help="with --per-query: the wide table instead (every metric at every --k, one column "
                              "each, in query id order); implies --per-query; --json has every column anyway")
-    parser.add_argument("--top-k", type=positive_int, default=10, metavar="N", help="documents shown per query by "
-                        "--per-query, and the cut-off of its judged share and failures (default 10)")
+    parser.add_argument("--top-k", type=bounded_int(1, MAX_TOP_K), default=10, metavar="N",
+                        help="documents shown per query by --per-query, and the cut-off of its judged share and "
+                             f"failures (default 10; at most {MAX_TOP_K:,})")
     parser.add_argument("--corpus", metavar="CORPUS", help="corpus (BEIR corpus.jsonl[.gz] or TSV id[, title], "
                         "text): adds a snippet of each document's text to the drill-down; implies --per-query")
     parser.add_argument("--queries", metavar="QUERIES", help="queries (JSONL _id/text or TSV id, text): adds the "

@@ -10,6 +10,10 @@ terminated in the store; any other (interrupted, or its store failed after the s
 written) gets its summary and its parent closed: KILLED when it never reached its end, else
 FINISHED (FAILED when a job failed). Running it twice logs nothing twice.
 
+A record's relative sqlite store (``sqlite:///outputs/mlflow.db``, as ``tracking=local``
+names it) is read from the folder the job ran in (its ``.hydra/hydra.yaml`` says where), not
+from sync's working directory: ``pipeline.sync /abs/path/to/job`` works from any folder and
+never logs a job into a store of the folder it is run from.
 ``--tracking-uri`` logs to another store than the one each record names; only files inside
 the folders given are written (a copied sweep is synced in its copy), and the folder keeps
 its run in every store it reached. Exit status 2 when a record is unreadable or corrupt
@@ -69,7 +73,7 @@ def sync(folders: Sequence[Path], uri: str | None = None, say: Any = print) -> S
             if record["tracking"] is None and uri is None:
                 done.untracked += 1  # a job run with tracking=none: logged only when asked (--tracking-uri)
                 continue
-            settings = _store(record, uri)
+            settings = _store(record, uri, results)
             if settings.uri not in noted and (note := tracking.new_store_note(settings.uri)):
                 say(note)
             noted.add(settings.uri)
@@ -103,8 +107,10 @@ def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
     record = res.read_record(jobs[0])
     if record["tracking"] is None and uri is None:
         return False
-    settings = _store(record, uri)
-    known = res.sweep_parent_in(res.read_sweep(sweep_dir), settings.uri)
+    settings = _store(record, uri, jobs[0])
+    info = res.read_sweep(sweep_dir)
+    known = (res.sweep_parent_in(info, settings.uri)
+             or res.sweep_parent_in(info, tracking.recorded_uri(jobs[0], record, settings)))
     if known is not None and tracking.closed_run(settings, known["parent_run_id"]):
         return False
     if (sweep_dir / res.SUMMARY / "sweep_table.csv").exists():  # it reached its end; closing it failed
@@ -129,10 +135,12 @@ def _margin(params: dict[str, Any]) -> float:
         return DEFAULT_MARGIN
 
 
-def _store(record: dict[str, Any], uri: str | None) -> tracking.StoreSettings:
-    """The store a record names, or ``uri`` (--tracking-uri) with the record's other settings."""
+def _store(record: dict[str, Any], uri: str | None, results: Path) -> tracking.StoreSettings:
+    """The store a record names, or ``uri`` (--tracking-uri) with the record's other settings.
+    A relative sqlite store (``sqlite:///outputs/mlflow.db``) is the one beside the folder the
+    job ran in (``pipeline.io.results.job_root``), whichever folder sync runs from."""
     if uri is None:
-        return tracking.StoreSettings.of(record["tracking"])
+        return tracking.StoreSettings.of(record["tracking"]).anchored(res.job_root(results.parent))
     base = tracking.StoreSettings.of(record["tracking"]) if record["tracking"] else tracking.StoreSettings(uri=uri)
     return base.to(uri)
 

@@ -60,8 +60,8 @@ def _log_target(systems: Sequence[System], explicit_uri: str | None) -> tuple[st
     sweeps = {(s.sweep, s.sweep_parent_run, s.sweep_store) for s in systems}
     if len(sweeps) == 1:
         sweep, parent, store = next(iter(sweeps))
-        if sweep and parent and store and (explicit_uri is None or explicit_uri == store):
-            return store, parent
+        if sweep and parent and store and (explicit_uri is None or tracking.without_credentials(explicit_uri) == store):
+            return explicit_uri or store, parent
     return explicit_uri or DEFAULT_TRACKING_URI, None
 
 
@@ -77,9 +77,10 @@ def log_report(report: Report, out: Path, explicit_uri: str | None) -> tuple[str
             "mlflow.note.content": (out / "report.md").read_text()[:20000]}
     params = {"metrics": ",".join(d["metrics"]), "baseline": d["baseline"], "n_systems": str(len(names)),
               "n_queries": str(d["n_queries"]), **{k: str(v) for k, v in d["settings"].items()}}
-    run_id = tracking.log_report(tracking.StoreSettings(uri=uri), out, parent_run_id=parent,
+    settings = tracking.StoreSettings(uri=uri)  # a password in the URI stays in memory (settings.login)
+    run_id = tracking.log_report(settings, out, parent_run_id=parent,
                                  artifact_path=f"compare/{out.name}" if parent else None,
                                  run_name=run_name[:250], tags=tags, params=params)
-    d["mlflow"] = {"run_id": run_id, "uri": uri, "sweep_parent": parent is not None}
+    d["mlflow"] = {"run_id": run_id, "uri": settings.uri, "sweep_parent": parent is not None}
     res.write_json(out / "report.json", d, indent=1)
-    return run_id, uri, parent is not None
+    return run_id, settings.uri, parent is not None

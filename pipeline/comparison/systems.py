@@ -205,7 +205,8 @@ def _scores(metric: str, ids: Sequence[str], values: Sequence[Any], keep: Sequen
         except (TypeError, ValueError):
             number = math.nan
         if not math.isfinite(number):
-            raise InputError(f"{metric} of query {qid!r} is not a finite number ({value!r})", where, row + 2)
+            raise InputError(f"{metric} of query {qid!r} is not a finite number "
+                             f"({'empty, nan or null' if value is None else repr(value)})", where, row + 2)
         scores[qid] = number
     return scores
 

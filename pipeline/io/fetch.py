@@ -233,9 +233,8 @@ def members(archive: Path, opened: Any) -> list[Member]:
             found.append(_member(archive, info.filename, info.is_dir(), info.file_size,
                                  _special(mode) if mode and not info.is_dir() else None, info))
     else:
-        found = [_member(archive, info.name, info.isdir(), info.size,
-                         None if info.isfile() or info.isdir() else _special(_tar_mode(info)) or "not a regular file",
-                         info) for info in opened.getmembers()]
+        found = [_member(archive, info.name, info.isdir(), info.size, _tar_special(info), info)
+                 for info in opened.getmembers()]
     files = {m.parts: m for m in found if not m.is_dir}
     if len(files) != sum(not m.is_dir for m in found):
         seen: set[tuple[str, ...]] = set()
@@ -248,12 +247,18 @@ def members(archive: Path, opened: Any) -> list[Member]:
     return found
 
 
-def _tar_mode(info: Any) -> int:
+def _tar_special(info: Any) -> str | None:
+    """What a tar member is when it is not a regular file or a folder (None when it is one):
+    a hard link is named as one (tar's LNKTYPE), not as a symbolic link."""
     import tarfile
 
-    kinds = {tarfile.SYMTYPE: stat.S_IFLNK, tarfile.LNKTYPE: stat.S_IFLNK, tarfile.CHRTYPE: stat.S_IFCHR,
-             tarfile.BLKTYPE: stat.S_IFBLK, tarfile.FIFOTYPE: stat.S_IFIFO}
-    return kinds.get(info.type, 0)
+    if info.isfile() or info.isdir():
+        return None
+    if info.type == tarfile.LNKTYPE:
+        return "a hard link"
+    kinds = {tarfile.SYMTYPE: stat.S_IFLNK, tarfile.CHRTYPE: stat.S_IFCHR, tarfile.BLKTYPE: stat.S_IFBLK,
+             tarfile.FIFOTYPE: stat.S_IFIFO}
+    return _special(kinds.get(info.type, 0)) or "not a regular file"
 
 
 def _open_archive(archive: Path) -> Any:

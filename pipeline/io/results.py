@@ -35,6 +35,7 @@ This module is an input/output module: it imports no hydra, mlflow or retrievers
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -120,7 +121,8 @@ def read_record(results: Path) -> dict[str, Any]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number: a job never records NaN or infinity (JSON's ``NaN`` in a record is damage)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_numbers(record: dict[str, Any], path: Path) -> None:
@@ -140,7 +142,8 @@ def check_numbers(record: dict[str, Any], path: Path) -> None:
                 points = list(value.values()) if isinstance(value, dict) else [value]
             bad = next((point for point in points if not _number(point)), None)
             if bad is not None:
-                raise InputError(f"{part} key {key!r} is not a number: {json.dumps(bad)[:40]}", path)
+                kind = "a finite number" if isinstance(bad, float) else "a number"  # NaN, Infinity
+                raise InputError(f"{part} key {key!r} is not {kind}: {json.dumps(bad)[:40]}", path)
     for part in ("params", "tags"):
         if not isinstance(record[part], dict) or not all(isinstance(v, str) for v in record[part].values()):
             raise InputError(f"{part} must map names to strings", path)
@@ -220,6 +223,33 @@ def write_marker(results: Path, uri: str, run_id: str, experiment_id: str) -> No
     stores[uri] = {"run_id": run_id, "experiment_id": experiment_id}
     write_json(Path(results) / MARKER, {"uri": uri, "run_id": run_id, "experiment_id": experiment_id,
                                         "stores": stores})
+
+
+def job_root(job_dir: Path) -> Path | None:
+    """The folder a job ran in (its working directory), which the relative paths of its record
+    name (``sqlite:///outputs/mlflow.db``), found from where the job's folder is now. Hydra's
+    ``.hydra/hydra.yaml`` in the job folder says where the job ran (``runtime.cwd``) and where
+    its folder was (``runtime.output_dir``): when the folder is still as deep below some folder
+    as it was below the working directory (the tree was moved or copied whole), that folder;
+    else the working directory, if it is still there; None when neither is known."""
+    import yaml
+
+    job_dir = Path(job_dir)
+    try:
+        hydra = yaml.load((job_dir / ".hydra" / "hydra.yaml").read_text(encoding="utf-8"),
+                          Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        runtime = hydra["hydra"]["runtime"]
+        cwd, output_dir = Path(str(runtime["cwd"])), Path(str(runtime["output_dir"]))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    here = job_dir.absolute()
+    try:
+        below = output_dir.relative_to(cwd).parts
+    except ValueError:
+        below = ()
+    if below and here.parts[-len(below):] == below:
+        return Path(*here.parts[: -len(below)])
+    return cwd if cwd.is_absolute() and cwd.is_dir() else None
 
 
 def has_plots(results: Path) -> bool:

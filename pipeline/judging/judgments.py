@@ -18,7 +18,9 @@ the same (query, document) more than once the annotation with the highest id (th
 
 Written by :func:`write_outputs` (the command's ``--out``; default: the export's folder / ``<export name>.judgments``):
 
-- ``qrels.<annotator>.txt``: one TREC qrels per annotator (``qid 0 docid grade``);
+- ``qrels.<annotator>.txt``: one TREC qrels per annotator (``qid 0 docid grade``); names that would
+  clash (with ``consensus``, or two annotators alike once made safe for a file name, case ignored)
+  get a ``_`` appended, so no file is written twice;
 - ``qrels.consensus.txt``: one grade per judged (query, document), by ``--rule`` over the grades it
   received (one grade: that grade): ``median`` (default): the median; with an even number of grades,
   the lower of the two middle grades (never above what half of the annotators gave); ``majority``: the
@@ -124,6 +126,8 @@ def _load_tasks(path: Path) -> list[Any]:
         raise InputError(f"not UTF-8 text (byte {err.start})", path) from None
     except json.JSONDecodeError as err:
         raise InputError(f"not valid JSON: {err.msg} (column {err.colno})", path, err.lineno) from None
+    except RecursionError:  # Python's parser stops at about 1000 levels; an export has 6
+        raise InputError("not a Label Studio JSON export: nested too deeply", path) from None
     if not isinstance(tasks, list):
         raise InputError("not a Label Studio JSON export: expected a list of tasks "
                          f"(exportType=JSON), found a JSON {type(tasks).__name__}", path)
@@ -181,6 +185,7 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
         if not isinstance(annotations, list):
             raise InputError(f"{where}: 'annotations' is not a list", path)
         item = (str(data["query_id"]).strip(), str(data["doc_id"]).strip())
+        _check_ids(item, where, path)
         if isinstance(data.get("query"), str):
             queries.setdefault(item[0], data["query"])
         report["tasks"] += 1
@@ -199,6 +204,17 @@ def read_export(path: str | Path, choices: str = "grade") -> Judgments:
     if not report["tasks"]:
         raise InputError("the export has no tasks", path)
     return Judgments({who: {item: g for item, (_, g) in by.items()} for who, by in grades.items()}, queries, report)
+
+
+def _check_ids(item: tuple[str, str], where: str, path: Path) -> None:
+    """InputError naming the task when its query or document id cannot be written to a qrels
+    file (a tab or a line break inside): found while reading the export, not when writing."""
+    for what, value in zip(("query", "document"), item):
+        try:
+            check_writable_id(value, what, path)
+        except InputError as err:
+            problem = err.problem.split(": ", 1)[-1]  # "<what> id '...' contains a tab or a line break"
+            raise InputError(f"{where}: {problem}: a qrels file cannot hold it", path) from None
 
 
 def consensus_grade(grades: Sequence[int], rule: str) -> int:
@@ -366,6 +382,11 @@ def disagreements(judgments: Judgments, agreed: dict[tuple[str, str], int],
     return rows
 
 
+#: Names of ``qrels.<name>.txt`` files that are not an annotator's: an annotator whose e-mail is
+#: ``consensus`` gets ``qrels.consensus_.txt`` (and ``consensus_`` then ``consensus__``).
+RESERVED_NAMES = ("consensus",)
+
+
 def _safe_name(annotator: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", annotator).strip("._") or "annotator"
 
@@ -383,12 +404,12 @@ def write_outputs(out: Path, judgments: Judgments, rule: str, relevance_level: i
     """Write every output (the module docstring) into ``out``; returns agreement.json's
     content plus ``n_disagreements``. Everything is computed before the first file is written."""
     files: dict[str, str] = {}
-    used: set[str] = set()
+    used = set(RESERVED_NAMES)  # casefolded: one file on a case-insensitive disk (macOS, Windows)
     for who in judgments.annotators:
         name = _safe_name(who)
-        while name in used:
+        while name.casefold() in used:
             name += "_"
-        used.add(name)
+        used.add(name.casefold())
         files[who] = str(out / f"qrels.{name}.txt")
     agreed = consensus(judgments, rule)
     stats = agreement(judgments, relevance_level)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pipeline.tracking.credentials import CREDENTIAL_ENV, auth_refusal, http_status, redact, without_credentials
 from pipeline.tracking.log import (ADOPTED, ALREADY, FOLDER_LOCK_TIMEOUT_S, LOGGED, RunRecord, closed_run, discard_run,
                                    finish_sweep, finished_run, log_folder, log_folder_artifacts, log_results, log_run,
-                                   log_table, shown_params, start_sweep, sweep_dir_of, sweep_parent, with_job_k)
+                                   log_table, recorded_uri, shown_params, start_sweep, sweep_dir_of, sweep_parent, with_job_k)
 from pipeline.tracking.describe import (PUBLIC_ADVICE, coverage_warning, public_benchmark, run_description,
                                         sweep_coverage_warning)
 from pipeline.tracking.read import (COMPARE_EXPERIMENT, child_runs, download_artifact, experiment_runs, get_run_info,
@@ -43,7 +43,7 @@ __all__ = [
     "RunRecord", "StoreSettings", "TrackingError",
     "auth_refusal", "child_runs", "client", "download_artifact", "ensure_store", "experiment_id", "experiment_runs",
     "finish_sweep", "folder_name", "get_run_info", "http_status", "log_report", "log_results", "log_run",
-    "log_table", "new_store_note", "open_hint", "redact", "retrying", "run_description",
+    "log_table", "new_store_note", "open_hint", "recorded_uri", "redact", "retrying", "run_description",
     "runs_with_tags", "sqlite_path", "start_sweep", "sweep_parent", "table_tag", "tracking_errors", "ui_url",
     "writing",
 ]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.tracking.credentials import redact
 from pipeline.tracking.describe import run_description
@@ -208,34 +209,54 @@ def log_folder(results: Path, settings: StoreSettings | None = None) -> tuple[st
     if settings is None:
         if record["tracking"] is None:
             raise TrackingError(f"{results}: the job ran with tracking=none: name a store to log it to")
-        settings = StoreSettings.of(record["tracking"])
+        settings = StoreSettings.of(record["tracking"]).anchored(res.job_root(results.parent))
     from filelock import FileLock, Timeout
 
     # One logger per folder at a time: a job and a sync may overlap. The lock file lives beside
     # the results folder (resolved: for "." its parent is itself), and is never logged anyway.
     folder = results.resolve()
+    lock = FileLock(str(folder.parent / f".{folder.name}.mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S)
     try:
-        with FileLock(str(folder.parent / f".{folder.name}.mlflow.lock"), timeout=FOLDER_LOCK_TIMEOUT_S):
-            return _log_results_locked(results, record, settings)
+        lock.acquire()
     except Timeout:
         raise TrackingError(f"{results}: another process has been logging this folder for "
                             f"{FOLDER_LOCK_TIMEOUT_S} s") from None
+    except OSError as exc:  # a read-only folder: its lock and its marker cannot be written
+        if (marker := _logged(results, record, settings, recorded_uri(results, record, settings))) is not None:
+            return marker["run_id"], ALREADY  # nothing to write
+        raise InputError(f"cannot write in the job's folder ({exc.strerror}): logging writes its lock and "
+                         "marker there; copy the folder somewhere writable and sync the copy", folder.parent) from None
+    try:
+        return _log_results_locked(results, record, settings)
+    finally:
+        lock.release()
+
+
+def recorded_uri(results: Path, record: Mapping[str, Any], settings: StoreSettings) -> str:
+    """The URI by which the folder's marker and its sweep file name the store of ``settings``:
+    the record's own (relative) URI when it names that store from the folder the job ran in
+    (``StoreSettings.anchored``: sync run from another folder), else ``settings.uri``."""
+    if not record.get("tracking"):
+        return settings.uri
+    own = StoreSettings.of(record["tracking"])
+    if own.uri != settings.uri and own.anchored(res.job_root(Path(results).parent)).uri == settings.uri:
+        return own.uri
+    return settings.uri
 
 
 def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSettings) -> tuple[str, str]:
-    marker = res.read_marker(results, settings.uri)
+    key = recorded_uri(results, record, settings)  # the store's name in the marker
     start = time.perf_counter()
-    with tracking_errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
-        if marker is not None and finished_run(client(settings), marker["run_id"], record["job_key"]):
-            if (res.read_marker(results) or {}).get("uri") != settings.uri:  # this store is the current one again
-                res.write_marker(results, settings.uri, marker["run_id"], marker.get("experiment_id", ""))
-            return marker["run_id"], ALREADY
+    if (marker := _logged(results, record, settings, key)) is not None:
+        if (res.read_marker(results) or {}).get("uri") != key:  # this store is the current one again
+            res.write_marker(results, key, marker["run_id"], marker.get("experiment_id", ""))
+        return marker["run_id"], ALREADY
     with tracking_errors(f"MLflow tracking at {settings.uri} failed", settings.uri), writing(settings):
         mlflow_client = client(settings)
         exp_id = retrying(lambda: experiment_id(mlflow_client, record["experiment"], settings))
         for found in runs_with_tags(mlflow_client, exp_id, {TAG_JOB_KEY: record["job_key"]}):
             if found.info.status == "FINISHED":
-                res.write_marker(results, settings.uri, found.info.run_id, exp_id)
+                res.write_marker(results, key, found.info.run_id, exp_id)
                 return found.info.run_id, ADOPTED
             # half-logged by a process that died: removed with its artifacts
             discard_run(mlflow_client, settings, found.info.run_id, found.info.artifact_uri)
@@ -248,8 +269,18 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSe
             mlflow_client.log_metric(run_id, "time_track_s", time.perf_counter() - start)
 
         run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time, exp_id=exp_id)
-        res.write_marker(results, settings.uri, run_id, exp_id)
+        res.write_marker(results, key, run_id, exp_id)
         return run_id, LOGGED
+
+
+def _logged(results: Path, record: Mapping[str, Any], settings: StoreSettings, key: str) -> dict[str, str] | None:
+    """The folder's marker for the store (named ``key`` in it) when the store holds its run,
+    finished, with the record's job key; else None."""
+    marker = res.read_marker(results, key)
+    with tracking_errors(f"MLflow tracking at {settings.uri} failed", settings.uri):
+        if marker is not None and finished_run(client(settings), marker["run_id"], record["job_key"]):
+            return marker
+    return None
 
 
 def finished_run(mlflow_client: MlflowClient, run_id: str, job_key: str | None = None) -> bool:
@@ -362,6 +393,8 @@ def sweep_parent(settings: StoreSettings, record: Mapping[str, Any], results: Pa
     if info.get("experiment", record["experiment"]) != record["experiment"]:
         return None
     known = res.sweep_parent_in(info, settings.uri)
+    if known is None and results is not None:  # the sweep file may name this store as the record does
+        known = res.sweep_parent_in(info, recorded_uri(results, record, settings))
     if known is not None:
         run = _get_run(client(settings), known["parent_run_id"])
         if run is not None and run.info.lifecycle_stage == "active":

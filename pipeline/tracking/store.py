@@ -6,6 +6,7 @@ into a store, and the lines that tell a user where to look."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -108,6 +109,21 @@ class StoreSettings:
         """The settings as a record stores them (``StoreSettings.of`` reads them back): no credential."""
         return {key: value for key, value in asdict(self).items() if key != "login"}
 
+    def anchored(self, root: Path | None) -> StoreSettings:
+        """These settings with a relative sqlite store and artifact root taken from ``root`` (the
+        folder the job ran in: ``pipeline.io.results.job_root``) instead of this process's working
+        directory, so ``pipeline.sync /abs/job`` run from any folder logs to the job's own store.
+        Unchanged when ``root`` is None, the store is a server or an absolute path, or both name
+        the same file (sync run where the job ran: the URI its files hold stays as it is)."""
+        db = sqlite_path(self.uri)
+        if root is None or db is None or db.is_absolute() or (Path(root) / db).resolve() == db.resolve():
+            return self
+        artifacts = self.artifact_root
+        if artifacts is not None and not Path(artifacts).is_absolute():
+            artifacts = str(Path(root) / artifacts)
+        return StoreSettings(uri=f"sqlite:///{Path(root) / db}", artifact_root=artifacts,
+                             http_retries=self.http_retries, http_timeout_s=self.http_timeout_s)
+
     def to(self, uri: str) -> StoreSettings:
         """These settings for another store (``pipeline.sync --tracking-uri``): a sqlite store
         keeps the artifacts of the experiments it creates beside it (``mlartifacts/``, as
@@ -137,7 +153,13 @@ def tracking_errors(what: str, uri: str | None = None) -> Iterator[None]:
         refusal = auth_refusal(exc, uri) if uri is not None else None
         if refusal is not None:
             raise TrackingError(refusal) from exc
-        raise TrackingError(redact(f"{what}: {type(exc).__name__}: {exc}")) from exc
+        raise TrackingError(redact(f"{what}: {type(exc).__name__}: {_one_line(exc)}")) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message without SQLAlchemy's second line ("(Background on this error at:
+    https://sqlalche.me/...)"): the user's error is one line."""
+    return " ".join(line for line in str(exc).splitlines() if not line.startswith("(Background on this error at"))
 
 
 def client(settings: StoreSettings) -> MlflowClient:
@@ -162,10 +184,22 @@ def client(settings: StoreSettings) -> MlflowClient:
         raise TrackingError(redact(f"cannot open the MLflow store {settings.uri}: {type(exc).__name__}: {exc}")) from exc
 
 
+class _RaisedAnyway(logging.Filter):
+    """Drops MLflow's "SQLAlchemy database error" log record (a full traceback, some 40 lines,
+    per failed request): the same error is raised right after it as an MlflowException, which
+    reaches the user as one TrackingError line (``mlflow/store/db/utils.py``, MLflow 3.17)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error")
+
+
 @lru_cache(maxsize=4)
 def _client(uri: str) -> MlflowClient:
     from mlflow import MlflowClient  # heavy: imported only when a job tracks
 
+    chatty = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _RaisedAnyway) for f in chatty.filters):
+        chatty.addFilter(_RaisedAnyway())
     db = sqlite_path(uri)
     if db is not None:
         _create_sqlite_store(db)
@@ -210,8 +244,6 @@ def _migrate_into_place(db: Path) -> None:
     os.unlink(tmp)  # sqlite makes the file itself
     try:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        import logging
 
         # MLflow logs "Creating initial MLflow database tables..." at INFO on its own handler: the
         # job or sweep has said in its own line that it creates the store (``new_store_note``).

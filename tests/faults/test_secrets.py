@@ -4,7 +4,9 @@ log line: not in ``record.json``, ``config.yaml``, ``mlflow_run.json``, the ``.h
 Hydra saves, a sweep's ``multirun.yaml`` and ``mlflow_sweep.json``, the jobs' logs, the
 console, nor in any run the server holds (the jobs' and the sweep parent's params, tags,
 ``hydra_overrides``, descriptions) or any artifact it stores. ``pipeline.sync`` later reaches
-the server with MLFLOW_TRACKING_USERNAME/PASSWORD, the credentials the records do not hold.
+the server with MLFLOW_TRACKING_USERNAME/PASSWORD, the credentials the records do not hold;
+``pipeline.sync --tracking-uri`` and ``pipeline.compare --log --tracking-uri`` with the password
+in the URI show it nowhere either (issue 33): not on the console, in report.json or the runs.
 
 The server is ``mlflow server --app-name basic-auth`` on sqlite stores (the team setup of
 docs/team-server.md, without PostgreSQL), bound to 127.0.0.1 and stopped at the end.
@@ -101,7 +103,7 @@ def _files_without(secret: str, folder: Path) -> int:
 
 
 @pytest.mark.slow
-def test_a_password_in_the_tracking_uri_is_written_nowhere(auth_server, tmp_path):
+def test_a_password_in_the_tracking_uri_is_written_nowhere(auth_server, tmp_path, capsys):
     server, password, admin = auth_server
     uri_with_password = server.uri.replace("http://", f"http://alice:{password}@")
     sweep = tmp_path / "sweep"
@@ -148,3 +150,29 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(auth_server, tmp_path
     assert "sync: 0 logged, 3 already logged, 0 closed" in synced.stdout
     assert password not in synced.stdout + synced.stderr
     assert _files_without(password, tmp_path) > 40
+
+    # Every other command that takes a tracking URI, in this process (issue 33): sync and
+    # compare --log, to a new run in "compare" and to the sweep's parent run.
+    from pipeline.compare import main as compare
+    from pipeline.sync import main as sync
+
+    capsys.readouterr()
+    assert sync([str(tmp_path / "job"), "--tracking-uri", uri_with_password]) == 0
+    assert compare([str(tmp_path / "job"), str(sweep / "0"), "--log", "--tracking-uri", uri_with_password,
+                    "--out", str(tmp_path / "compare"), "--n-resamples", "200", "--n-permutations", "200"]) == 0
+    assert compare([str(sweep), "--log", "--tracking-uri", uri_with_password, "--out", str(tmp_path / "swept"),
+                    "--n-resamples", "200", "--n-permutations", "200"]) == 0
+    out, err = capsys.readouterr()
+    assert password not in out + err
+    assert f"at {server.uri}" in out and "sync: 0 logged, 1 already logged" in out
+    import json
+
+    logged = [json.loads((tmp_path / name / "report.json").read_text())["mlflow"] for name in ("compare", "swept")]
+    assert [(m["uri"], m["sweep_parent"]) for m in logged] == [(server.uri, False), (server.uri, True)]
+    assert _files_without(password, tmp_path) > 50
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=100)
+    assert len(runs) == 5  # the comparison's own run besides the four
+    for run in runs:
+        for key, value in {**run.data.params, **run.data.tags}.items():
+            assert password not in f"{key}={value}", f"param/tag {key} of {run.info.run_name}"
+    assert _files_without(password, server.root / "artifacts") > 15

@@ -1,0 +1,173 @@
+"""Sync finds a job's own store from any folder (issue 33, items 4 and 9).
+
+- ``pipeline.sync /abs/path/to/job`` run from another folder once created a store there and
+  logged the job into it: the record names ``sqlite:///outputs/mlflow.db``, relative to the
+  folder the job ran in, and sync resolved it against its own. Now the job's
+  ``.hydra/hydra.yaml`` says where it ran: the job is found already logged, a lost marker is
+  adopted, and a lost store is made again beside the job's tree, never in the current folder;
+  a tree moved whole keeps working.
+- A job folder sync cannot write in: one line, exit 2 (a job already logged there: nothing to
+  write, exit 0), instead of a traceback from the lock file.
+- A full disk under the store: exit 3 and one line, without MLflow's own two tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline.io import results as res
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # a job in a subprocess, and a full disk in another
+TIMEOUT_S = 300
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
+    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    return env
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A folder where ``python -m pipeline`` ran with the default paths: ``outputs/runs/<date>/<time>``
+    and its store ``outputs/mlflow.db``, named relatively in the record."""
+    root = tmp_path_factory.mktemp("ran_here")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "k=5"], cwd=root, env=_env(), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root
+
+
+def _job(tree: Path) -> Path:
+    (job,) = (tree / "outputs" / "runs").glob("*/*")
+    return job
+
+
+@pytest.fixture
+def sync(capsys, monkeypatch, tmp_path):
+    """``python -m pipeline.sync ARGS`` in this process, run from an empty folder ``elsewhere``."""
+    from pipeline.sync import main
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["pipeline.sync", *args], code, out, err)
+
+    run.elsewhere = elsewhere
+    return run
+
+
+def _runs(db: Path) -> list:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    return client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=100)
+
+
+def test_sync_from_another_folder_uses_the_store_beside_the_job(tree, tmp_path, sync):
+    record = res.read_record(_job(tree) / "results")
+    assert record["tracking"]["uri"] == "sqlite:///outputs/mlflow.db"  # relative, as the job ran (unchanged)
+    moved = tmp_path / "moved"  # the whole tree, elsewhere: its store moves with it
+    shutil.copytree(tree, moved)
+    job, store = _job(moved), moved / "outputs" / "mlflow.db"
+    (run,) = _runs(store)
+
+    done = sync(str(job))
+    assert done.returncode == 0, done.stderr
+    assert "sync: 0 logged, 1 already logged" in done.stdout
+    assert list(sync.elsewhere.iterdir()) == []  # no store, no outputs/ where sync ran
+
+    (job / "results" / res.MARKER).unlink()
+    done = sync(str(job))
+    assert done.returncode == 0 and "1 adopted" in done.stdout, done.stdout + done.stderr
+    assert res.read_marker(job / "results")["uri"] == "sqlite:///outputs/mlflow.db"  # the record's name for it
+    assert [r.info.run_id for r in _runs(store)] == [run.info.run_id]
+
+
+
+def test_a_lost_store_is_made_again_beside_the_job_not_where_sync_runs(tree, tmp_path, sync):
+    moved = tmp_path / "moved"  # a fresh copy: this process has never opened its store
+    shutil.copytree(tree, moved)
+    job, store = _job(moved), moved / "outputs" / "mlflow.db"
+    store.unlink()
+    shutil.rmtree(moved / "outputs" / "mlartifacts")
+    done = sync(str(job))
+    assert done.returncode == 0, done.stderr
+    assert f"creating a new one, {store}" in done.stdout and "sync: 1 logged" in done.stdout
+    assert len(_runs(store)) == 1 and list(sync.elsewhere.iterdir()) == []
+    assert any((moved / "outputs" / "mlartifacts").rglob("record.json"))  # the artifacts beside it too
+
+
+def test_a_job_folder_sync_cannot_write_in_is_one_line(tree, tmp_path, sync, monkeypatch):
+    """chmod does not stop root (the suite's user): the lock file's creation fails as it
+    does on a read-only folder."""
+    import filelock
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tree, copy)
+    job = _job(copy)
+    acquire = filelock.FileLock.acquire
+
+    def refuse(self, *args, **kwargs):
+        if str(self.lock_file).endswith(".mlflow.lock"):
+            raise PermissionError(13, "Permission denied", self.lock_file)
+        return acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", refuse)
+    done = sync(str(job))  # already logged: nothing to write
+    assert done.returncode == 0 and "sync: 0 logged, 1 already logged" in done.stdout, done.stderr
+
+    other = tmp_path / "other.db"
+    done = sync(str(job), "--tracking-uri", f"sqlite:///{other}")  # not in that store: it would write
+    assert done.returncode == 2
+    assert done.stderr == (f"error: {job}: cannot write in the job's folder (Permission denied): logging writes its "
+                           "lock and marker there; copy the folder somewhere writable and sync the copy\n")
+    assert "sync: 0 logged" in done.stdout
+
+
+FULL_DISK = textwrap.dedent(
+    """
+    import os, resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
+    import mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
+    from pipeline import tracking
+    from pipeline.sync import main
+    job, db = sys.argv[1], sys.argv[2]
+    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
+    room = os.path.getsize(db)  # not a byte more for the store
+    resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))
+    sys.exit(main([job, "--tracking-uri", f"sqlite:///{db}"]))
+    """
+)
+
+
+def test_a_full_disk_under_the_store_is_one_line_without_mlflows_tracebacks(tree, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tree, copy)
+    job, db = _job(copy), tmp_path / "full" / "mlflow.db"
+    db.parent.mkdir()
+    before = {p: p.read_bytes() for p in (job / "results").rglob("*") if p.is_file()}
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(job), str(db)], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "SQLAlchemy database error" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{job / 'results'}: MLflow tracking at sqlite:///{db} failed")
+    assert "sync: 0 logged" in proc.stdout
+    after = {p: p.read_bytes() for p in (job / "results").rglob("*") if p.is_file()}
+    assert after == before  # nothing lost (and no marker for a run that is not there)
+    assert json.loads((job / "results" / res.RECORD).read_text())["job_key"]
