@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import console, tracking
 from pipeline.job import job_line
-from pipeline.metrics import judged_warning
+from pipeline.metrics import definition_card, judged_warning
 from pipeline.naming import run_name
 from pipeline.tracking import view
 
@@ -53,6 +53,32 @@ def test_a_sweep_warns_once_for_all_its_jobs_with_their_range():
     public = tracking.sweep_coverage_warning([_record(0.5, BEIR), _record(0.5, BEIR, "dense k10")])
     assert "in 2 of 2 jobs (50.0% of the top 10" in public and public.endswith(tracking.PUBLIC_ADVICE)
     assert tracking.sweep_coverage_warning([_record(0.9, OWN), _record(0.99, OWN)]) is None
+
+
+def test_the_warning_names_the_judged_share_at_the_jobs_own_k():
+    """Issue 37: a k=5 job warned about judged_at_10 = 0.3173 while its block showed judged_at_5
+    0.4615; for a 5-chunk context the @5 share is the one that matters."""
+    means = {"judged_at_5": 0.4615, "judged_at_10": 0.3173, "n_queries": 52.0}
+    text = tracking.coverage_warning(means, OWN, 5)
+    assert text.startswith("warning: judged_at_5 = 0.4615 < 0.9 (46.2% of the top 5 documents are judged)")
+    assert "judged_at_10" not in text and text == judged_warning(means, 5)
+    assert tracking.coverage_warning({**means, "judged_at_5": 0.95}, OWN, 5) is None  # @10 thin, @5 fine: no warning
+    assert tracking.coverage_warning(means, OWN).startswith("warning: judged_at_10 = 0.3173")  # no k: 10
+    k5 = {**_record(0.3173, OWN, "dense k5", judged_at_5=0.4615), "k": 5}
+    assert "**Warning:** judged_at_5 = 0.4615 < 0.9" in tracking.run_description(k5)
+    assert "judged_at_5` is below 0.9" in definition_card("exp", 1, "x", k=5)
+    assert "judged_at_10` is below 0.9" in definition_card("exp", 1, "x")
+
+
+def test_a_sweep_warns_at_each_jobs_own_k():
+    k3 = {**_record(0.95, OWN, "k3 bm25", judged_at_3=0.2500), "k": 3}
+    k5 = {**_record(0.95, OWN, "k5 bm25", judged_at_5=0.3000), "k": 5}
+    both = tracking.sweep_coverage_warning([k3, k5])  # judged_at_10 is 0.95 in both: @10 would say nothing
+    assert both.startswith("warning: judged_at_k < 0.9 in 2 of 2 jobs (25.0% to 30.0% of the top k (each job at "
+                           "its own k: 3, 5) documents are judged; lowest: k3 bm25)")
+    one = tracking.sweep_coverage_warning([k5, {**k5, "run_name": "k5 dense"}])
+    assert one.startswith("warning: judged_at_5 < 0.9 in 2 of 2 jobs (30.0% of the top 5 documents are judged")
+    assert tracking.sweep_coverage_warning([{**k5, "metrics": {**k5["metrics"], "judged_at_5": 0.9}}]) is None
 
 
 def test_the_run_description_carries_the_warning_when_judgments_are_thin():
