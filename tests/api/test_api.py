@@ -330,3 +330,5 @@ def test_mrr_is_labelled_with_its_depth_and_a_job_and_evaluate_agree_at_the_same
     assert top10.depth == 10 and "mrr (depth 10)" in repr(top10)
     assert math.isclose(top10.means["mrr"], full.means["mrr_at_10"], rel_tol=TOL, abs_tol=TOL)
     assert top10.means["mrr"] < full.means["mrr"]  # a query whose first relevant document is at rank 11..20
+    doc = " ".join((REPO / "docs" / "python-api.md").read_text().split())  # the page's example numbers are these
+    assert f"BM25 {full.means['mrr']:.4f} at depth 20, {top10.means['mrr']:.4f} at depth 10" in doc
