@@ -332,3 +332,19 @@ def test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_t
 
     # The store is there now: the next run in this folder says nothing about it.
     assert tracking.new_store_note(store) is None and tracking.new_store_note(f"sqlite:///{db}") is None
+
+
+def test_the_documented_pythonwarnings_hides_mlflow_uis_starlette_warning_and_only_it():
+    """docs/mlflow.md: ``mlflow ui``'s StarletteDeprecationWarning is MLflow's (its server imports
+    ``starlette.middleware.wsgi``); the PYTHONWARNINGS line the page gives hides that warning,
+    and another Starlette deprecation still shows."""
+    page = (REPO / "docs" / "mlflow.md").read_text()
+    setting = re.search(r'^PYTHONWARNINGS="([^"]+)" mlflow ui ', page, re.M)[1]
+    code = ("import warnings\nimport starlette.middleware.wsgi\nfrom starlette.exceptions import "
+            "StarletteDeprecationWarning as W\nwarnings.warn('another deprecation', W)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "StarletteDeprecationWarning: starlette.middleware.wsgi is deprecated" in plain.stderr, plain.stderr
+    hidden = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONWARNINGS": setting},
+                            capture_output=True, text=True, timeout=60)
+    assert "middleware.wsgi is deprecated" not in hidden.stderr and "another deprecation" in hidden.stderr
