@@ -60,12 +60,12 @@ def sweep_coverage_warning(records: list[Mapping[str, Any]]) -> str | None:
     (worst, name, _), best = min(low), max(low)[0]
     share = f"{worst:.1%}" if worst == best else f"{worst:.1%} to {best:.1%}"
     ks = sorted({k for _, _, k in low})
-    key, top = ((f"judged_at_{ks[0]}", f"top {ks[0]}") if len(ks) == 1 else
-                ("judged_at_k", f"top k (each job at its own k: {', '.join(map(str, ks))})"))
+    key, judged = ((f"judged_at_{ks[0]}", f"of the top {ks[0]} documents are judged") if len(ks) == 1 else
+                   ("judged_at_k", f"of each job's top k documents are judged, k = {', '.join(map(str, ks))}"))
     advice = PUBLIC_ADVICE if public else ("pool them (judge the unjudged top documents: python -m pipeline.pool, "
                                            "docs/judging.md); bpref and judged_only=true score judged documents only")
-    return (f"warning: {key} < {JUDGED_WARN_BELOW} in {len(low)} of {len(records)} jobs ({share} of the {top} "
-            f"documents are judged; lowest: {name}): their numbers are biased low; {advice}")
+    return (f"warning: {key} < {JUDGED_WARN_BELOW} in {len(low)} of {len(records)} jobs ({share} {judged}; "
+            f"lowest: {name}): their numbers are biased low; {advice}")
 
 
 #: Headline metrics of a run's description, at the run's k (label, metric key pattern).

@@ -74,8 +74,8 @@ def test_a_sweep_warns_at_each_jobs_own_k():
     k3 = {**_record(0.95, OWN, "k3 bm25", judged_at_3=0.2500), "k": 3}
     k5 = {**_record(0.95, OWN, "k5 bm25", judged_at_5=0.3000), "k": 5}
     both = tracking.sweep_coverage_warning([k3, k5])  # judged_at_10 is 0.95 in both: @10 would say nothing
-    assert both.startswith("warning: judged_at_k < 0.9 in 2 of 2 jobs (25.0% to 30.0% of the top k (each job at "
-                           "its own k: 3, 5) documents are judged; lowest: k3 bm25)")
+    assert both.startswith("warning: judged_at_k < 0.9 in 2 of 2 jobs (25.0% to 30.0% of each job's top k documents "
+                           "are judged, k = 3, 5; lowest: k3 bm25): their numbers are biased low; pool them")
     one = tracking.sweep_coverage_warning([k5, {**k5, "run_name": "k5 dense"}])
     assert one.startswith("warning: judged_at_5 < 0.9 in 2 of 2 jobs (30.0% of the top 5 documents are judged")
     assert tracking.sweep_coverage_warning([{**k5, "metrics": {**k5["metrics"], "judged_at_5": 0.9}}]) is None
