@@ -334,6 +334,7 @@ def test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_t
     assert tracking.new_store_note(store) is None and tracking.new_store_note(f"sqlite:///{db}") is None
 
 
+@pytest.mark.slow
 def test_the_documented_pythonwarnings_hides_mlflow_uis_starlette_warning_and_only_it():
     """docs/mlflow.md: ``mlflow ui``'s StarletteDeprecationWarning is MLflow's (its server imports
     ``starlette.middleware.wsgi``); the PYTHONWARNINGS line the page gives hides that warning,
