@@ -34,7 +34,7 @@ from pipeline.config import Settings
 from pipeline.errors import InputError, Interrupted
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
-from pipeline.metrics import metric_key
+from pipeline.metrics import FULL_DEPTH, metric_key
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def run(cfg: DictConfig) -> float:
     else:
         if stage is not None:
             print(stages.chunk_summary(stage, settings, scores.metrics))
-        _print_summary(run_name, collection, settings, scores.metrics, retrieved.cache_hit, results, record["params"])
+        _print_summary(run_name, collection, settings, scores.metrics, retrieved, results, record["params"])
     if settings.store is not None:
         _track(settings.store, results, run_name, record["experiment"], in_sweep=ctx.sweep_dir is not None,
                quiet=brief)
@@ -244,19 +244,23 @@ def _track(settings: tracking.StoreSettings, results: Path, run_name: str, exper
 
 
 def _print_summary(run_name: str, collection: Collection, settings: Settings, metrics: dict[str, float],
-                   cache_hit: bool, results: Path, params: dict[str, str]) -> None:
-    k = settings.k
+                   retrieved: stages.Retrieved, results: Path, params: dict[str, str]) -> None:
+    """The job's block: the headline at its k, then mrr, map and bpref at the ranking's full
+    depth, labelled with it (``mrr (depth 20)``: max(k, k_max) results per query, so a ranking
+    cut shallower elsewhere gives another mrr), and the judged-coverage warning at its k."""
+    k, depth = settings.k, int(retrieved.ranking.doc_idx.shape[1])
     keys = [f"ndcg_at_{k}", f"precision_at_{k}", f"recall_at_{k}", f"map_at_{k}", f"mrr_at_{k}",
-            f"context_utility_at_{k}", f"judged_at_{k}", "mrr", "map", "bpref"]
+            f"context_utility_at_{k}", f"judged_at_{k}", *FULL_DEPTH]
     if settings.objective not in keys:
         keys.append(settings.objective)
     lines = [f"{run_name} on {collection.name}: {int(metrics['n_queries'])} queries "
              f"({int(metrics['n_queries_no_relevant'])} without relevant documents left out), "
-             f"{collection.n_docs} documents, ranking cache {'hit' if cache_hit else 'miss'}"]
+             f"{collection.n_docs} documents, ranking cache {'hit' if retrieved.cache_hit else 'miss'}"]
     if settings.judged_only:
         lines.append("  judged_only: condensed lists (unjudged documents removed before scoring, trec_eval -J)")
-    lines += [f"  {key:<24} {metrics[key]:.4f}" for key in keys if key in metrics]
-    if warning := tracking.coverage_warning(metrics, params):  # on the console once (here), in pipeline.log too
+    lines += [f"  {key + (f' (depth {depth})' if key in FULL_DEPTH else ''):<24} {metrics[key]:.4f}"
+              for key in keys if key in metrics]
+    if warning := tracking.coverage_warning(metrics, params, k):  # on the console once (here), in pipeline.log too
         lines.append(warning)
         console.to_log_file(warning, name=__name__, level=logging.WARNING)
     lines.append(f"results: {results}")

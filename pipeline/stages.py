@@ -369,7 +369,7 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
             fh.writelines(f"{q}\t{slot}\t{docs[d]}\n" for slot, d in enumerate(row, start=1) if d >= 0)
     res.write_text(results / "config.yaml", OmegaConf.to_yaml(settings.config, resolve=True))
     res.write_text(results / "definition_card.md", definition_card(settings.gain, settings.relevance_level, TIE_RULE,  # type: ignore[arg-type]
-                                                                   judged_only=settings.judged_only))
+                                                                   judged_only=settings.judged_only, k=settings.k))
     from pipeline.figures import save_run_figures  # matplotlib: imported where figures are drawn
 
     save_run_figures(results / "plots", scores.curves, settings.k, title)

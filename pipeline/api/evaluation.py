@@ -27,7 +27,7 @@ from pipeline.api.inputs import Source, is_path, read_qrels_source, read_run_sou
 from pipeline.errors import InputError
 from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, RunFile, tie_break_rule, write_run
 from pipeline.io.scored import Scored, score_parsed
-from pipeline.metrics import judged_warning, parse_key
+from pipeline.metrics import FULL_DEPTH, judged_warning, parse_key
 from pipeline.comparison.systems import DEFAULT_METRICS
 from retrievers.base import rows_to_ranking
 
@@ -48,7 +48,10 @@ class EvaluationResult:
     ``n_queries``, ``n_queries_no_relevant``, ``judged_only``); ``per_query`` its per-query
     table (index ``query_id``; every judged query, ``evaluated`` says which count in the
     means); ``metrics`` the keys :meth:`summary` and ``repr`` show with their BCa CIs;
-    ``notes`` what the command prints on standard error."""
+    ``notes`` what the command prints on standard error; ``logged`` those of them that
+    ``evaluate`` already showed as WARNING log records, which ``repr`` does not repeat.
+    ``mrr``, ``map`` and ``bpref`` are at the run's full depth (:attr:`depth` results per
+    query), which ``repr`` names: a run cut at 10 and the same run at 20 differ there."""
 
     name: str
     means: dict[str, float]
@@ -60,6 +63,17 @@ class EvaluationResult:
     scored: Scored = field(repr=False)
     run: RunFile = field(repr=False)
     _summary: Any = field(default=None, repr=False)
+    logged: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def depth(self) -> int:
+        """The run's depth: the most results of any query, the cut-off of ``mrr``, ``map``, ``bpref``."""
+        doc_idx = self.scored.doc_idx
+        return int(doc_idx.shape[1]) if doc_idx is not None else int(self.scored.evaluation.k_max)
+
+    def label(self, metric: str) -> str:
+        """How ``repr`` names a metric: a full-depth one with its depth (``mrr (depth 20)``)."""
+        return f"{metric} (depth {self.depth})" if metric in FULL_DEPTH else metric
 
     def values(self, metric: str) -> "pd.Series":
         """Per-query values of ``metric`` (any key up to ``k_max``) of the evaluated queries."""
@@ -125,8 +139,13 @@ class EvaluationResult:
                 f"relevance_level={s['relevance_level']}, tie_break={s['tie_break']}"
                 + (", judged_only" if s["judged_only"] else ""))
         table = self.summary()
-        rows = [f"  {m:<22} {r['mean']:.4f}  [{r['ci_low']:.4f}, {r['ci_high']:.4f}]" for m, r in table.iterrows()]
-        return [head, f"  {'metric':<22} mean    [95% BCa CI]", *rows, *self.notes]
+        rows = [f"  {self.label(str(m)):<22} {r['mean']:.4f}  [{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
+                for m, r in table.iterrows()]
+        return [head, f"  {'metric':<22} mean    [95% BCa CI]", *rows, *self._unlogged()]
+
+    def _unlogged(self) -> list[str]:
+        """The notes ``evaluate`` did not already show as a warning (each is said once)."""
+        return [note for note in self.notes if note not in self.logged]
 
     def __repr__(self) -> str:
         return "\n".join(self._lines())
@@ -135,8 +154,8 @@ class EvaluationResult:
         import html
 
         lines = self._lines()
-        table = self.summary().to_html(float_format=lambda v: f"{v:.4f}")
-        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self.notes)
+        table = self.summary().rename(index=self.label).to_html(float_format=lambda v: f"{v:.4f}")
+        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self._unlogged())
         return f"<p><b>{html.escape(lines[0])}</b></p>{table}{notes}"
 
 
@@ -199,12 +218,16 @@ def evaluate(qrels: Source, run: Source, metrics: Sequence[str] | None = None, *
     if not all(math.isfinite(float(v)) for v in means.values()):
         raise InputError("a metric is not a finite number (grades too large for the gain? try gain='linear')")
     notes = _notes(scored, means, k_max, judged_only)
-    for note in notes:  # the command's standard error: warnings shown, notes in the log
-        log.log(logging.WARNING if note.startswith("warning") else logging.INFO, "%s", note)
+    logged = []
+    for note in notes:  # the command's standard error: warnings shown (once: repr leaves them out), notes in the log
+        level = logging.WARNING if note.startswith("warning") else logging.INFO
+        if level == logging.WARNING and log.isEnabledFor(level):
+            logged.append(note)
+        log.log(level, "%s", note)
     name = name or (Path(str(run)).name if is_path(run) else "run")
     settings = {"gain": gain, "relevance_level": relevance_level, "tie_break": tie_break,
                 "judged_only": bool(judged_only), "k_max": k_max, "qrels": qrels_where, "run": run_where}
-    return EvaluationResult(name, means, table, headline, ks, settings, notes, scored, run_file)
+    return EvaluationResult(name, means, table, headline, ks, settings, notes, scored, run_file, logged=logged)
 
 
 def _notes(scored: Scored, means: dict[str, Any], k_max: int, judged_only: bool) -> list[str]:

@@ -95,7 +95,8 @@ BOUNDED = tuple(f.name for f in TABLE if f.bounded and f.stage == "ranking" and 
 CURVES = tuple(f.name for f in TABLE if f.curve)
 #: Values at the ranking's full depth: ``mrr``, ``map``, ``bpref``.
 FULL_DEPTH = tuple(f.full_depth for f in TABLE if f.full_depth)
-#: A run warns when the mean judged_at_K at this K is below this share (``judged_warning``).
+#: A run warns when the mean judged_at_K is below this share (``judged_warning``): at a job's own k,
+#: else at this K.
 JUDGED_WARN_K = 10
 JUDGED_WARN_BELOW = 0.9
 #: Cut-offs reported besides a run's own k (those <= k_max), so runs with different k compare.
@@ -175,15 +176,17 @@ def report_ks(k: int, k_max: int, extra: Iterable[int | None] = ()) -> list[int]
     return sorted({k, *(c for c in STANDARD_KS if c <= k_max), *(e for e in extra if e is not None)})
 
 
-def judged_warning(means: dict[str, float]) -> str | None:
-    """The warning a run prints when the mean judged_at_10 is below 0.9, else None. Unjudged
-    documents count as not relevant, so a retriever whose top 10 is mostly unjudged (one that took
-    no part in the pooling) scores too low on every metric but bpref and the ``judged_only`` ones."""
-    value = means.get(f"judged_at_{JUDGED_WARN_K}")
+def judged_warning(means: dict[str, float], k: int = JUDGED_WARN_K) -> str | None:
+    """The warning a run prints when the mean judged_at_k is below 0.9, else None. ``k``: the
+    cut-off that matters, a job's own k (the chunks its generator reads); 10 where there is no
+    such k (``pipeline.score``, ``pipeline.evaluate``). Unjudged documents count as not relevant,
+    so a retriever whose top k is mostly unjudged (one that took no part in the pooling) scores
+    too low on every metric but bpref and the ``judged_only`` ones."""
+    value = means.get(f"judged_at_{k}")
     if value is None or value >= JUDGED_WARN_BELOW or means.get("n_queries") == 0:
         return None  # a mean over no query is no share of anything (``unevaluable`` says why)
-    return (f"warning: judged_at_{JUDGED_WARN_K} = {value:.4f} < {JUDGED_WARN_BELOW} ({value:.1%} of the top "
-            f"{JUDGED_WARN_K} documents are judged): the numbers for this retriever are biased low; pool it "
+    return (f"warning: judged_at_{k} = {value:.4f} < {JUDGED_WARN_BELOW} ({value:.1%} of the top "
+            f"{k} documents are judged): the numbers for this retriever are biased low; pool it "
             "(judge its unjudged top documents); bpref and judged_only=true score judged documents only")
 
 
@@ -203,9 +206,11 @@ def unevaluable(qrels: Qrels, n_queries: int, relevance_level: int) -> str | Non
             "from no query (lower relevance_level, or check the qrels)")
 
 
-def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only: bool = False) -> str:
+def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only: bool = False,
+                    k: int = JUDGED_WARN_K) -> str:
     """The metric definitions a run used, as Markdown, logged with every run and built from
-    :data:`TABLE` so the card and the code cannot drift."""
+    :data:`TABLE` so the card and the code cannot drift. ``k``: the run's k, the cut-off of its
+    judged-coverage warning (:func:`judged_warning`)."""
     gain_text = "2^rel - 1 (`gain: exp`)" if gain == "exp" else "rel (`gain: linear`, as trec_eval)"
     rows = "\n".join(f"| `{f.key}` | {f.definition.format(gain=gain_text)} |" for f in TABLE)
     if judged_only:
@@ -233,7 +238,7 @@ counts as unjudged.
 {rows}
 
 - {lists}
-- A run warns when the mean `judged_at_{JUDGED_WARN_K}` is below {JUDGED_WARN_BELOW}: unjudged documents in
+- A run warns when the mean `judged_at_{k}` is below {JUDGED_WARN_BELOW}: unjudged documents in
   the top ranks bias the other metrics low for this retriever; pool it.
 - Retrieval metrics are computed on the retriever's order; `context_utility_at_K` on the
   placed order.

@@ -4,8 +4,8 @@ and the judged-coverage warning, for the console, the run's description and the 
 Built from a job's record alone (and its results folder, when at hand), so that
 ``pipeline.sync`` writes the same text a job would.
 
-The judged-coverage warning (``pipeline.metrics.judged_warning``: the mean ``judged_at_10``
-below 0.9) advises pooling: judging the unjudged top documents of the retrievers compared.
+The judged-coverage warning (``pipeline.metrics.judged_warning``: the mean ``judged_at_<k>``
+below 0.9, at the job's own k: the share of the chunks its generator reads) advises pooling: judging the unjudged top documents of the retrievers compared.
 On a public benchmark (``dataset=beir``, ``dataset=ir_datasets``) nobody here can extend the
 judgments, so the advice there is ``bpref`` and ``judged_only=true`` instead
 (:func:`coverage_warning`). A sweep says it once, for all its jobs (:func:`sweep_coverage_warning`).
@@ -36,32 +36,36 @@ def public_benchmark(params: Mapping[str, Any]) -> bool:
     return str(params.get("dataset._target_", "")).rsplit(".", 1)[-1] in PUBLIC_LOADERS
 
 
-def coverage_warning(metrics: Mapping[str, float], params: Mapping[str, Any]) -> str | None:
-    """``judged_warning`` (None when judged_at_10 >= 0.9), its advice replaced by
-    :data:`PUBLIC_ADVICE` on a public benchmark."""
-    warning = judged_warning(dict(metrics))
+def coverage_warning(metrics: Mapping[str, float], params: Mapping[str, Any], k: int = JUDGED_WARN_K) -> str | None:
+    """``judged_warning`` at the job's ``k`` (None when judged_at_k >= 0.9), its advice replaced
+    by :data:`PUBLIC_ADVICE` on a public benchmark."""
+    warning = judged_warning(dict(metrics), k)
     if warning is None or not public_benchmark(params) or _ADVICE_AT not in warning:
         return warning
     return f"{warning.split(_ADVICE_AT, 1)[0]}; {PUBLIC_ADVICE}"
 
 
 def sweep_coverage_warning(records: list[Mapping[str, Any]]) -> str | None:
-    """One warning for a sweep's jobs whose judged_at_10 is below 0.9 (how many, the range,
-    the advice), or None when no job's is."""
+    """One warning for a sweep's jobs whose judged_at_k (each at its own k) is below 0.9 (how
+    many, the range, the advice), or None when no job's is."""
     low = []
     public = False
     for record in records:
-        if coverage_warning(record["metrics"], record["params"]) is not None:
-            low.append((float(record["metrics"][f"judged_at_{JUDGED_WARN_K}"]), str(record.get("run_name", ""))))
+        k = int(record.get("k", JUDGED_WARN_K))
+        if coverage_warning(record["metrics"], record["params"], k) is not None:
+            low.append((float(record["metrics"][f"judged_at_{k}"]), str(record.get("run_name", "")), k))
             public = public or public_benchmark(record["params"])
     if not low:
         return None
-    (worst, name), best = min(low), max(low)[0]
+    (worst, name, _), best = min(low), max(low)[0]
     share = f"{worst:.1%}" if worst == best else f"{worst:.1%} to {best:.1%}"
+    ks = sorted({k for _, _, k in low})
+    key, judged = ((f"judged_at_{ks[0]}", f"of the top {ks[0]} documents are judged") if len(ks) == 1 else
+                   ("judged_at_k", f"of each job's top k documents are judged, k = {', '.join(map(str, ks))}"))
     advice = PUBLIC_ADVICE if public else ("pool them (judge the unjudged top documents: python -m pipeline.pool, "
                                            "docs/judging.md); bpref and judged_only=true score judged documents only")
-    return (f"warning: judged_at_{JUDGED_WARN_K} < {JUDGED_WARN_BELOW} in {len(low)} of {len(records)} jobs ({share} of "
-            f"the top {JUDGED_WARN_K} documents are judged; lowest: {name}): their numbers are biased low; {advice}")
+    return (f"warning: {key} < {JUDGED_WARN_BELOW} in {len(low)} of {len(records)} jobs ({share} {judged}; "
+            f"lowest: {name}): their numbers are biased low; {advice}")
 
 
 #: Headline metrics of a run's description, at the run's k (label, metric key pattern).
@@ -96,13 +100,16 @@ def run_description(record: Mapping[str, Any], results: Path | None = None) -> s
 
 def _headline(record: Mapping[str, Any], results: Path | None) -> list[str]:
     """Dataset (``52 queries, 171 documents``: the documents only when the results folder
-    says), k, the headline metrics, and the objective with its CI."""
+    says), k, the headline metrics (MRR and MAP at full depth with that depth, when the results
+    folder says), and the objective with its CI."""
     params, metrics, k = record["params"], record["metrics"], int(record["k"])
-    n_q, n_docs = metrics.get("n_queries"), None
+    n_q, n_docs, depth = metrics.get("n_queries"), None, None
     if results is not None:
         try:
-            n_docs = json.loads((Path(results) / "metrics.json").read_text())["collection"]["n_docs"]
-        except (OSError, ValueError, KeyError, TypeError):
+            written = json.loads((Path(results) / "metrics.json").read_text())
+            n_docs = written["collection"]["n_docs"]
+            depth = int(written["scoring"]["depth"]) if "depth" in written.get("scoring", {}) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
     counts = f"{int(n_q)} queries" if n_q is not None else ""
     if n_docs is not None:
@@ -110,14 +117,15 @@ def _headline(record: Mapping[str, Any], results: Path | None) -> list[str]:
     shown = [(label, key.format(k=k)) for label, key in _DESCRIBED if key.format(k=k) in metrics]
     lines = [f"On **{record['dataset']['name']}**" + (f" ({counts})" if counts else "") + f", at k = {k}: "
              + ", ".join(f"{label} {metrics[key]:.4f}" for label, key in shown)
-             + "".join(f"; {key.upper()} at full depth {metrics[key]:.4f}" for key in ("mrr", "map") if key in metrics)
+             + "".join(f"; {key.upper()} at full depth{f' ({depth})' if depth else ''} {metrics[key]:.4f}"
+                       for key in ("mrr", "map") if key in metrics)
              + "."]
     objective = str(record.get("objective") or params.get("objective", ""))
     low, high = metrics.get(f"{objective}_ci_low"), metrics.get(f"{objective}_ci_high")
     if objective in metrics:
         ci = "" if low is None or high is None else f" (95% CI {low:.4f} to {high:.4f}, bootstrap over queries)"
         lines += ["", f"**Objective** `{objective}` = {metrics[objective]:.4f}{ci}."]
-    if warning := coverage_warning(metrics, params):
+    if warning := coverage_warning(metrics, params, k):
         lines += ["", f"**Warning:** {warning.removeprefix('warning: ')}."]
     return lines
 

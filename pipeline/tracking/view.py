@@ -10,11 +10,15 @@ button writes the same tag; ``mlflow/server/js/build``: ``sharedViewState``,
 ``ensure_view`` keeps that tag for :data:`~pipeline.tracking.store.VIEW_KEY` on every
 experiment a job logs to, and ``store.ui_url`` (every link a command prints) names it.
 
-The columns: the dataset (name and content digest: runs scored with other judgments or
-data differ there), ``k``, the objective of the runs logged (the latest first) with its 95%
-CI, ``recall_at_k``, ``mrr`` and ``context_utility_at_k`` (``pipeline.tracking.log`` logs the
-``_at_k`` values at each run's own k, so runs with different k share one column). The runs
-are sorted by the latest objective, best first.
+The columns, those that answer the question first: the objective of the runs logged (the
+latest), ``recall_at_k`` and ``mrr``, the objective's 95% CI, ``context_utility_at_k``
+(``pipeline.tracking.log`` logs the ``_at_k`` values at each run's own k, so runs with
+different k share one column), then ``k`` and the dataset (name and content digest: runs
+scored with other judgments or data differ there), then the objectives of earlier runs. The
+order matters on a laptop: at 1,600 px MLflow's Assistant panel, open on a first visit, leaves
+about 520 px of the table beside the fixed Run Name and Created columns, room for the
+objective, recall_at_k and mrr with every digit (values are never rounded: the widths fit
+them). The runs are sorted by the latest objective, best first.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ if TYPE_CHECKING:
 
 #: The experiment tag that holds the view (MLflow's prefix, our key).
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-#: Headline metrics after the objective and its CI; ``_at_k``: the value at the run's own k.
-HEADLINE = ("recall_at_k", "mrr", "context_utility_at_k")
-#: The columns every view starts with: the dataset input (name and digest) and the run's k.
-LEADING = ("attributes.`Dataset`", "params.`k`")
+#: Headline metrics right after the objective, before its CI; ``_at_k``: the value at the run's own k.
+ANSWERS = ("recall_at_k", "mrr")
+#: Headline metrics after the objective's CI.
+MORE = ("context_utility_at_k",)
+#: The columns after the headline: the run's k and the dataset input (name and digest).
+CONTEXT = ("params.`k`", "attributes.`Dataset`")
 #: At most this many columns (objectives of earlier runs are dropped first, oldest first).
 MAX_COLUMNS = 14
 
@@ -45,31 +51,33 @@ def column(kind: str, key: str) -> str:
 
 
 def headline_columns(objective: str) -> list[str]:
-    """The metric columns of a run whose objective is ``objective``: it, its CI, the headline."""
-    keys = [objective, f"{objective}_ci_low", f"{objective}_ci_high", *HEADLINE]
+    """The metric columns of a run whose objective is ``objective``: it, recall_at_k and mrr,
+    its CI, context_utility_at_k."""
+    keys = [objective, *ANSWERS, f"{objective}_ci_low", f"{objective}_ci_high", *MORE]
     return [column("metrics", key) for key in dict.fromkeys(keys)]
 
 
 def _width(name: str) -> int:
     """Pixels for a column: its whole header (``ndcg_at_10_ci_low`` and ``_ci_high`` must not
     look the same when cut) and a value printed in full."""
-    if name == LEADING[0]:
+    if name == "attributes.`Dataset`":
         return 200
-    if name == LEADING[1]:
+    if name == "params.`k`":
         return 60
     return max(150, 8 * (len(name) - len("metrics.``")) + 40)
 
 
 def view_state(objective: str, previous: str | None = None) -> str:
     """The view's JSON for runs whose latest objective is ``objective``, keeping the objective
-    columns of an earlier view (``previous``, the tag's value; unreadable: ignored) after it."""
+    columns of an earlier view (``previous``, the tag's value; unreadable: ignored) after the
+    headline, k and the dataset."""
     earlier: list[str] = []
     try:
         old = json.loads(previous) if previous else {}
         earlier = [c for c in old.get("selectedColumns", []) if isinstance(c, str) and c.startswith("metrics.`")]
     except (ValueError, AttributeError):
         pass
-    columns = list(dict.fromkeys([*LEADING, *headline_columns(objective), *earlier]))[:MAX_COLUMNS]
+    columns = list(dict.fromkeys([*headline_columns(objective), *CONTEXT, *earlier]))[:MAX_COLUMNS]
     state: dict[str, Any] = {
         "selectedColumns": columns,
         "columnOrder": columns,

@@ -44,6 +44,31 @@ MAX_BLOCK_ROWS = 8192
 CONNECT_TIMEOUT_S = 5.0
 
 
+#: Ray's logger of its token-authentication setup, and the notice it logs each time ``ray.init``
+#: starts a local runtime with ``RAY_AUTH_MODE`` unset: token authentication on, Ray's own default,
+#: nothing for a user to act on. The runtime this project starts leaves it out
+#: (:func:`quiet_token_notice`); that logger's other lines (authentication disabled) still show.
+TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(TOKEN_NOTICE)
+
+
+@contextmanager
+def quiet_token_notice() -> Iterator[None]:
+    """Ray's "Token authentication is enabled" notice left out for the block (a filter on its
+    one logger, removed after): every sweep on Ray printed it."""
+    logger, drop = logging.getLogger(TOKEN_LOGGER), _DropTokenNotice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 class RayFailed(InputError):
     """Ray could not be reached, or the encoding on it failed: one line, exit status 3
     (like a tracking store that cannot be reached), never a traceback."""
@@ -157,7 +182,8 @@ def ray_runtime(address: str | None, what: str, **init: Any) -> Iterator[Any]:
         init = {k: v for k, v in init.items() if k not in ("num_cpus", "num_gpus")}
     arguments = {k: v for k, v in init.items() if v is not None}
     try:
-        ray.init(address=None if address == "local" else address, **arguments)
+        with quiet_token_notice():
+            ray.init(address=None if address == "local" else address, **arguments)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise RayFailed(f"{what}: cannot start or join Ray (address {address or 'local'}): {first}") from None

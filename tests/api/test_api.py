@@ -292,3 +292,48 @@ def test_the_compare_reports_per_query_figure_names_the_queries(tmp_path, monkey
     (query_ids, labels), = drawn
     assert sorted(query_ids) == ["q1", "q2", "q3"]
     assert labels == {"q1", "q2", "q3"}  # b - a: q3 +1, q2 +0.5, q1 -0.5: every nonzero difference is named
+
+
+def test_evaluate_shows_each_warning_once(caplog):
+    """Issue 37: the judged warning was printed twice, as a log line and again in ``repr``.
+    Logged at WARNING when evaluated, it is not repeated; with the pipeline's warnings off, the
+    repr is where it shows."""
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        result = pipeline.evaluate(QRELS, RUN)
+    warning = next(note for note in result.notes if note.startswith("warning: judged_at_10 = 0.18"))
+    assert [record.getMessage() for record in caplog.records].count(warning) == 1
+    assert warning not in repr(result) and warning.split(":")[0] not in result._repr_html_()
+    assert result.notes[0].startswith("note: computed K") and result.notes[0] in repr(result)  # INFO: kept
+    quiet = logging.getLogger("pipeline")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        unlogged = pipeline.evaluate(QRELS, RUN)
+    finally:
+        quiet.setLevel(level)
+    assert warning in repr(unlogged)
+
+
+def test_mrr_is_labelled_with_its_depth_and_a_job_and_evaluate_agree_at_the_same_depth(tmp_path, capsys):
+    """Issue 37: a job retrieves max(k, k_max) = 20 results per query, so its ``mrr`` is at depth
+    20; evaluate on the same run gives the same mrr, and on the run cut at 10 another one. The
+    console block and ``repr`` say the depth; a k=5 job's judged warning is at 5."""
+    job = pipeline.run_job(["k=5", "tracking=none", f"hydra.run.dir={tmp_path / 'job'}",
+                            f"paths.root={tmp_path / 'out'}"])
+    printed = capsys.readouterr().out.splitlines()
+    assert f"  {'mrr (depth 20)':<24} {job.metrics['mrr']:.4f}" in printed
+    assert not [line for line in printed if line.startswith("  mrr ") and "depth" not in line]
+    warning = [line for line in printed if line.startswith("warning: judged_at_")]
+    assert warning and warning[0].startswith(f"warning: judged_at_5 = {job.metrics['judged_at_5']:.4f} < 0.9")
+    run = job.results / "run.trec"
+    full = pipeline.evaluate(QRELS, run)
+    assert full.depth == 20 and "mrr (depth 20)" in repr(full)
+    assert math.isclose(full.means["mrr"], job.metrics["mrr"], rel_tol=TOL, abs_tol=TOL)
+    cut = tmp_path / "top10.trec"
+    cut.write_text("".join(f"{line}\n" for line in run.read_text().splitlines() if int(line.split()[3]) <= 10))
+    top10 = pipeline.evaluate(QRELS, cut)
+    assert top10.depth == 10 and "mrr (depth 10)" in repr(top10)
+    assert math.isclose(top10.means["mrr"], full.means["mrr_at_10"], rel_tol=TOL, abs_tol=TOL)
+    assert top10.means["mrr"] < full.means["mrr"]  # a query whose first relevant document is at rank 11..20
+    doc = " ".join((REPO / "docs" / "python-api.md").read_text().split())  # the page's example numbers are these
+    assert f"BM25 {full.means['mrr']:.4f} at depth 20, {top10.means['mrr']:.4f} at depth 10" in doc

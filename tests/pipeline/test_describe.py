@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import console, tracking
 from pipeline.job import job_line
-from pipeline.metrics import judged_warning
+from pipeline.metrics import definition_card, judged_warning
 from pipeline.naming import run_name
 from pipeline.tracking import view
 
@@ -55,6 +55,32 @@ def test_a_sweep_warns_once_for_all_its_jobs_with_their_range():
     assert tracking.sweep_coverage_warning([_record(0.9, OWN), _record(0.99, OWN)]) is None
 
 
+def test_the_warning_names_the_judged_share_at_the_jobs_own_k():
+    """Issue 37: a k=5 job warned about judged_at_10 = 0.3173 while its block showed judged_at_5
+    0.4615; for a 5-chunk context the @5 share is the one that matters."""
+    means = {"judged_at_5": 0.4615, "judged_at_10": 0.3173, "n_queries": 52.0}
+    text = tracking.coverage_warning(means, OWN, 5)
+    assert text.startswith("warning: judged_at_5 = 0.4615 < 0.9 (46.2% of the top 5 documents are judged)")
+    assert "judged_at_10" not in text and text == judged_warning(means, 5)
+    assert tracking.coverage_warning({**means, "judged_at_5": 0.95}, OWN, 5) is None  # @10 thin, @5 fine: no warning
+    assert tracking.coverage_warning(means, OWN).startswith("warning: judged_at_10 = 0.3173")  # no k: 10
+    k5 = {**_record(0.3173, OWN, "dense k5", judged_at_5=0.4615), "k": 5}
+    assert "**Warning:** judged_at_5 = 0.4615 < 0.9" in tracking.run_description(k5)
+    assert "judged_at_5` is below 0.9" in definition_card("exp", 1, "x", k=5)
+    assert "judged_at_10` is below 0.9" in definition_card("exp", 1, "x")
+
+
+def test_a_sweep_warns_at_each_jobs_own_k():
+    k3 = {**_record(0.95, OWN, "k3 bm25", judged_at_3=0.2500), "k": 3}
+    k5 = {**_record(0.95, OWN, "k5 bm25", judged_at_5=0.3000), "k": 5}
+    both = tracking.sweep_coverage_warning([k3, k5])  # judged_at_10 is 0.95 in both: @10 would say nothing
+    assert both.startswith("warning: judged_at_k < 0.9 in 2 of 2 jobs (25.0% to 30.0% of each job's top k documents "
+                           "are judged, k = 3, 5; lowest: k3 bm25): their numbers are biased low; pool them")
+    one = tracking.sweep_coverage_warning([k5, {**k5, "run_name": "k5 dense"}])
+    assert one.startswith("warning: judged_at_5 < 0.9 in 2 of 2 jobs (30.0% of the top 5 documents are judged")
+    assert tracking.sweep_coverage_warning([{**k5, "metrics": {**k5["metrics"], "judged_at_5": 0.9}}]) is None
+
+
 def test_the_run_description_carries_the_warning_when_judgments_are_thin():
     thin = tracking.run_description(_record(0.4, BEIR))
     assert "**Warning:** judged_at_10 = 0.4000 < 0.9" in thin and tracking.PUBLIC_ADVICE in thin
@@ -85,20 +111,29 @@ def test_the_at_k_columns_hold_each_runs_value_at_its_own_k():
 
 def test_the_view_shows_the_objective_its_ci_and_the_headline_sorted_best_first():
     state = json.loads(view.view_state("context_utility_at_10"))
+    # Issue 37: what answers the question first (beside MLflow's Assistant panel at 1,600 px), then
+    # the CI, the rest of the headline, k and the dataset.
     assert state["selectedColumns"] == [
-        "attributes.`Dataset`", "params.`k`", "metrics.`context_utility_at_10`",
+        "metrics.`context_utility_at_10`", "metrics.`recall_at_k`", "metrics.`mrr`",
         "metrics.`context_utility_at_10_ci_low`", "metrics.`context_utility_at_10_ci_high`",
-        "metrics.`recall_at_k`", "metrics.`mrr`", "metrics.`context_utility_at_k`"]
+        "metrics.`context_utility_at_k`", "params.`k`", "attributes.`Dataset`"]
     assert state["columnOrder"] == state["selectedColumns"]
     assert state["orderByKey"] == "metrics.`context_utility_at_10`" and state["orderByAsc"] is False
     # Headers are never cut to look alike: each column is wide enough for its name.
     assert state["columnWidths"]["metrics.`context_utility_at_10_ci_high`"] >= 8 * len("context_utility_at_10_ci_high")
-    # A later objective leads; the earlier one stays after the headline; a corrupt tag is replaced.
+    # The first three fit the ~520 px the Assistant panel leaves at 1,600 px, each wide enough for
+    # a value printed in full (150 px shows 0.48782051282051275 whole: tests/pipeline/test_browser.py
+    # reads the cells back, unrounded).
+    assert sum(state["columnWidths"][c] for c in state["selectedColumns"][:3]) <= 520
+    assert min(state["columnWidths"][c] for c in state["selectedColumns"][:3]) >= 150
+    # A later objective leads; the earlier one stays after the dataset; a corrupt tag is replaced.
     later = json.loads(view.view_state("ndcg_at_10", json.dumps(state)))
-    assert later["selectedColumns"][2:5] == ["metrics.`ndcg_at_10`", "metrics.`ndcg_at_10_ci_low`",
-                                             "metrics.`ndcg_at_10_ci_high`"]
-    assert "metrics.`context_utility_at_10_ci_low`" in later["selectedColumns"]
-    assert json.loads(view.view_state("mrr", "{not json"))["selectedColumns"][2] == "metrics.`mrr`"
+    assert later["selectedColumns"][:5] == ["metrics.`ndcg_at_10`", "metrics.`recall_at_k`", "metrics.`mrr`",
+                                            "metrics.`ndcg_at_10_ci_low`", "metrics.`ndcg_at_10_ci_high`"]
+    assert later["selectedColumns"][8:] == ["metrics.`context_utility_at_10`", "metrics.`context_utility_at_10_ci_low`",
+                                            "metrics.`context_utility_at_10_ci_high`"]
+    assert json.loads(view.view_state("mrr", "{not json"))["selectedColumns"][:3] == [
+        "metrics.`mrr`", "metrics.`recall_at_k`", "metrics.`mrr_ci_low`"]
 
 
 def test_the_view_tag_is_written_once_and_follows_a_new_objective(tmp_path, migrated_store, monkeypatch):

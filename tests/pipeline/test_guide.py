@@ -218,6 +218,14 @@ def test_the_readme_sample_output_is_what_the_job_prints(tmp_path):
     assert printed[first + 1:first + 1 + len(metric_lines)] == metric_lines
     warning = [line for line in shown if line.startswith("warning:")]
     assert warning and warning[0] in printed
+    # The MLflow lines (issue 37: README showed a run page's link; a job prints the runs table's),
+    # README's root and ids made generic.
+    results, run_line, hint = shown[shown.index(metric_lines[-1]) + 2:]
+    assert results.startswith("results: /home/you/rag-retrieval-eval/outputs/runs/") and results.endswith("/results")
+    assert re.fullmatch(r"MLflow run [0-9a-f]{32} \(bm25 k10\) in experiment 'sample' at sqlite:///outputs/mlflow\.db",
+                        run_line)
+    assert hint.replace("/home/you/rag-retrieval-eval", str(REPO)) == tracking.open_hint(
+        f"sqlite:///{REPO}/outputs/mlflow.db", "1")
 
     # The sweep's best job, k5 litm, run alone with the sweep's objective: the same number and CI.
     best_job = subprocess.run(
@@ -279,6 +287,17 @@ def test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_t
     assert notes == [f"note: no MLflow store in {db.parent}; creating a new one, {db} (runs logged to other "
                      "stores are not in it; paths.root or tracking.uri picks the store)"]
     run_id = re.search(r"^MLflow run ([0-9a-f]{32}) \(bm25 k10 litm u_shape\)", out, re.M)[1]
+    # The order README's "Quick start" gives: stage times before the block, track: after results:.
+    lines = out.splitlines()
+    at = {name: next(i for i, line in enumerate(lines) if pattern(line)) for name, pattern in (
+        ("load", lambda line: line.endswith("[pipeline.job][INFO] - load: " + line.rsplit(": ", 1)[-1])),
+        ("block", lambda line: line.startswith("bm25 k10 litm u_shape on sample: ")),
+        ("results", lambda line: line.startswith("results: ")),
+        ("track", lambda line: "[pipeline.job][INFO] - track: " in line),
+        ("run", lambda line: line.startswith("MLflow run ")))}
+    assert at["load"] < at["block"] < at["results"] < at["track"] < at["run"], out
+    said = " ".join(_section(_readme(), "Quick start").split())
+    assert "come before the block; `track:` (the time to log to MLflow) comes after `results:`, before the MLflow" in said
     hint = re.search(r"^open it: mlflow ui --backend-store-uri (\S+)   then (\S+)$", out, re.M)
     assert hint and hint[1] == f"sqlite:////{str(db).lstrip('/')}", out
     store = hint[1]
@@ -313,3 +332,20 @@ def test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_t
 
     # The store is there now: the next run in this folder says nothing about it.
     assert tracking.new_store_note(store) is None and tracking.new_store_note(f"sqlite:///{db}") is None
+
+
+@pytest.mark.slow
+def test_the_documented_pythonwarnings_hides_mlflow_uis_starlette_warning_and_only_it():
+    """docs/mlflow.md: ``mlflow ui``'s StarletteDeprecationWarning is MLflow's (its server imports
+    ``starlette.middleware.wsgi``); the PYTHONWARNINGS line the page gives hides that warning,
+    and another Starlette deprecation still shows."""
+    page = (REPO / "docs" / "mlflow.md").read_text()
+    setting = re.search(r'^PYTHONWARNINGS="([^"]+)" mlflow ui ', page, re.M)[1]
+    code = ("import warnings\nimport starlette.middleware.wsgi\nfrom starlette.exceptions import "
+            "StarletteDeprecationWarning as W\nwarnings.warn('another deprecation', W)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "StarletteDeprecationWarning: starlette.middleware.wsgi is deprecated" in plain.stderr, plain.stderr
+    hidden = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONWARNINGS": setting},
+                            capture_output=True, text=True, timeout=60)
+    assert "middleware.wsgi is deprecated" not in hidden.stderr and "another deprecation" in hidden.stderr

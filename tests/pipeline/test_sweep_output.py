@@ -71,9 +71,10 @@ def test_the_flagship_sweep_prints_one_line_per_job_then_its_summary(tmp_path, c
     assert all("[pipeline.job][INFO] - retrieve:" in (sweep / str(n) / "pipeline.log").read_text()
                for n in range(N_JOBS))
     assert not re.search(r"\[HYDRA\]\s+#\d+ : ", text)  # the launcher's own line per job is gone
-    # The judged-coverage warning: once, for the sweep (every sample job is below 0.9).
-    warnings = [line for line in lines if "judged_at_10" in line and "biased low" in line]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: judged_at_10 < 0.9 in 18 of 18 jobs"), text
+    # The judged-coverage warning: once, for the sweep (every sample job is below 0.9), each job at its k.
+    warnings = [line for line in lines if "judged_at_" in line and "biased low" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: judged_at_k < 0.9 in 18 of 18 jobs"), text
+    assert "of each job's top k documents are judged, k = 3, 5, 10;" in warnings[0]
     assert "pool them" in warnings[0]  # the bundled sample is this project's own: pooling is possible
     # The summary names the distinct results and ends with the runs table's link.
     assert "ndcg_at_10: 3 distinct results among 18 jobs" in text
@@ -93,5 +94,7 @@ def test_verbose_brings_back_every_jobs_block(tmp_path, cache_dir):
         assert len([line for line in lines if line.startswith("results: ")]) == 2, text
         assert len(re.findall(r"\[pipeline\.job\]\[INFO\] - retrieve: ", text)) == 2, text
         assert len(re.findall(r"\[HYDRA\]\s+#\d+ : ", text)) == 2, text  # the launcher's line per job
-        assert len([line for line in lines if line.startswith("warning: judged_at_10 = ")]) == 2, text
+        # each job's block warns at its own k (issue 37)
+        assert sorted(m[1] for line in lines if (m := re.match(r"warning: (judged_at_\d+) = ", line))) == [
+            "judged_at_3", "judged_at_5"], text
         assert not any(JOB_LINE.match(line) for line in lines)

@@ -345,3 +345,43 @@ def test_progress_logs_one_line_per_tenth(caplog):
             progress.add(size)
     percents = [int(r.getMessage().split(": ")[1].split("%")[0]) for r in caplog.records]
     assert len(percents) == 10 and percents[-1] == 100 and percents == sorted(percents)
+
+
+def test_the_runtime_we_start_leaves_out_rays_token_notice_only(monkeypatch):
+    """Issue 37: "Token authentication is enabled ..." on every sweep. ``ray.init`` here logs
+    Ray's two messages through Ray's own logger (as Ray 2.60 does when it starts a local
+    runtime); the notice is left out, the warning that authentication is off is not, and the
+    filter is gone after the start."""
+    from retrievers.dense import ray_encode
+
+    logger = logging.getLogger(ray_encode.TOKEN_LOGGER)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    notice = (f"{ray_encode.TOKEN_NOTICE}. Set RAY_AUTH_MODE=disabled to opt out. For more information, see "
+              "https://docs.ray.io/en/latest/ray-security/token-auth.html")
+    off = "Token authentication is disabled for this Ray cluster. Anyone with network access ..."
+
+    class FakeRay:
+        started = False
+
+        def is_initialized(self) -> bool:
+            return self.started
+
+        def init(self, address=None, **_):
+            logger.warning(notice)
+            logger.warning(off)
+            self.started = True
+
+        def shutdown(self) -> None:
+            self.started = False
+
+    monkeypatch.setattr(ray_encode, "import_ray", lambda what: FakeRay())
+    logger.addHandler(handler)
+    try:
+        with ray_encode.ray_runtime(None, "test") as fake:
+            assert fake.started
+        logger.warning(notice)  # outside our start: Ray's logger is as it was
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [off, notice]
