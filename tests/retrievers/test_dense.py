@@ -164,7 +164,9 @@ def test_embeddings_are_cached_and_invalidated(tmp_path, corpus, queries):
     first = DenseRetriever(encoder=enc, cache_dir=tmp_path)
     first.index(ids(len(corpus)), corpus)
     r1 = first.search(ids(len(queries), "q"), queries, 10)
-    assert len(enc.calls) == 2 and first.last_cache_hits == {"docs": False, "queries": False}
+    # one call per batch of 64: each distinct document once (248), then each query once
+    assert [len(c) for c in enc.calls] == [64, 64, 64, 56, len(queries)]
+    assert first.last_cache_hits == {"docs": False, "queries": False}
 
     enc2 = HashEncoder()
     second = DenseRetriever(encoder=enc2, cache_dir=tmp_path)
@@ -179,7 +181,7 @@ def test_embeddings_are_cached_and_invalidated(tmp_path, corpus, queries):
     second.index(ids(len(corpus)), edited)  # one document changed: a new corpus entry, but the
     assert enc2.calls == [[edited[3]]]      # per-text cache (test_onnx.py) encodes only that text
     DenseRetriever(encoder=enc2, cache_dir=tmp_path, doc_prefix="p: ").index(ids(len(corpus)), corpus)
-    assert len(enc2.calls) == 2  # another prefix: another cache entry
+    assert sum(map(len, enc2.calls[1:])) == 248  # another prefix: another cache entry, every text encoded
     DenseRetriever(encoder=HashEncoder(dim=32), cache_dir=tmp_path).index(ids(len(corpus)), corpus)
     files = sorted(p.suffix for p in (tmp_path / "arrays").iterdir())
     assert set(files) == {".json", ".npy"} and len(files) == 2 * 5  # 4 doc entries + 1 query entry
