@@ -336,12 +336,30 @@ def test_encode_settings_refuse_bad_values():
             EncodeSettings.of(bad)
 
 
-def test_progress_logs_one_line_per_tenth(caplog):
-    from retrievers.dense.ray_encode import Progress
+def test_each_shard_is_handed_on_once_complete_and_counted_by_the_progress(caplog):
+    # Ray Data returns batches in any order: a shard goes to the cache as soon as all its rows
+    # are back, once; the progress counts every row (a line per tenth in a log).
+    from pipeline.io.progress import Progress
+    from retrievers.dense.ray_encode import Shards, collect, shard_blocks
 
-    progress = Progress(171, "encoding")
-    with caplog.at_level(logging.INFO, logger="retrievers.dense.ray_encode"):
-        for size in [7] * 24 + [3]:
-            progress.add(size)
+    import pyarrow as pa
+
+    texts = [f"text {'x' * (i % 7)} {i}" for i in range(171)]
+    blocks = shard_blocks(pa, texts, 50, 20)  # shards of 50, blocks within a shard, longest first
+    assert [len(b) for b in blocks] == [20, 20, 10] * 3 + [20, 1]
+    assert sorted(r for b in blocks[:3] for r in b["row"].to_pylist()) == list(range(50))
+    batches = [{"row": np.asarray(b["row"].to_pylist(), np.int64),
+                "embedding": np.asarray([[float(r), 1.0] for r in b["row"].to_pylist()], np.float32)}
+               for b in blocks]
+    order = [3, 0, 4, 1, 9, 2, 5, 10, 6, 7, 8]  # out of order: shard 0 completes with the 6th batch, shard 3 before shard 2
+    handed: list[tuple[int, list[float]]] = []
+    progress = Progress("encoding on Ray", 171, "passages", terminal=False, quiet_s=0)
+    with caplog.at_level(logging.INFO, logger="pipeline.io.progress"):
+        out = collect(iter([batches[i] for i in order]), 171, progress,
+                      Shards(171, 50, lambda start, emb: handed.append((start, emb[:, 0].tolist()))))
+    assert [start for start, _ in handed] == [0, 50, 150, 100]
+    assert all(rows == [float(start + i) for i in range(len(rows))] for start, rows in handed)
+    assert [len(rows) for _, rows in handed] == [50, 50, 21, 50]
+    np.testing.assert_array_equal(out[:, 0], np.arange(171, dtype=np.float32))
     percents = [int(r.getMessage().split(": ")[1].split("%")[0]) for r in caplog.records]
-    assert len(percents) == 10 and percents[-1] == 100 and percents == sorted(percents)
+    assert progress.done == 171 and percents == sorted(percents) and len(percents) >= 5

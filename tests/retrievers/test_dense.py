@@ -4,6 +4,8 @@ and one check with the real (bundled, offline) MiniLM model."""
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -306,3 +308,83 @@ def test_hnsw_that_cannot_reach_the_target_says_so(caplog):
     assert cal["ef_search"] == 5000 and cal["recall"] < 1.0
     (warning,) = [rec for rec in caplog.records if rec.levelname == "WARNING"]
     assert f"efSearch 5000: recall@50 {cal['recall']:.4f}" in warning.getMessage() and "(target 1)" in warning.getMessage()
+
+
+# ----------------------------------------------------------------------------- resumable encoding
+
+
+class StoppingEncoder(GaussianEncoder):
+    """GaussianEncoder that raises ``KeyboardInterrupt`` (Ctrl-C) or ``OSError`` (a full disk
+    under the model) once it has encoded ``stop_after`` texts."""
+
+    def __init__(self, stop_after: int | None, error: BaseException | None = None):
+        super().__init__()
+        self.stop_after, self.error = stop_after, error or KeyboardInterrupt()
+
+    def cache_key(self) -> str:
+        return "gauss-bow-64"  # the same model as GaussianEncoder: the same cache entries
+
+    def encode(self, sentences, batch_size=32, **kwargs):
+        if self.stop_after is not None and sum(map(len, self.calls)) + len(sentences) > self.stop_after:
+            raise self.error
+        return super().encode(sentences, batch_size, **kwargs)
+
+
+def shard_files(cache) -> list:
+    return sorted((cache / "texts").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(28, "No space left on device")])
+def test_an_interrupted_encoding_keeps_its_shards_and_the_rerun_encodes_only_the_rest(tmp_path, corpus, caplog,
+                                                                                      error):
+    encode = {"shard_size": 50}
+    # 250 texts, 248 distinct: shards of 50; stopped in the 4th shard (after 170 texts)
+    stopped = DenseRetriever(encoder=StoppingEncoder(170, error), cache_dir=tmp_path / "a", batch_size=20,
+                             encode=encode)
+    with caplog.at_level(logging.INFO), pytest.raises(type(error)):
+        stopped.index(ids(len(corpus)), corpus)
+    assert len(shard_files(tmp_path / "a")) == 3
+    said = [r.getMessage() for r in caplog.records if "interrupted" in r.getMessage()]
+    assert len(said) == 1 and "after 170 of 248 passages" in said[0] and "150 of them cached in 3 shard(s)" in said[0]
+
+    caplog.clear()
+    rerun_enc = StoppingEncoder(None)
+    rerun = DenseRetriever(encoder=rerun_enc, cache_dir=tmp_path / "a", batch_size=20, encode=encode)
+    with caplog.at_level(logging.INFO):
+        rerun.index(ids(len(corpus)), corpus)
+    assert sum(map(len, rerun_enc.calls)) == 248 - 150  # only the texts of the unfinished shards
+    assert rerun.text_cache_stats["docs"] == {"texts": 250, "from_text_cache": 152, "encoded": 98}
+    assert any("152 of 250 docs texts reused from the text cache (3 shards read)" in r.getMessage()
+               for r in caplog.records)
+
+    whole = DenseRetriever(encoder=StoppingEncoder(None), cache_dir=tmp_path / "b", batch_size=20, encode=encode)
+    whole.index(ids(len(corpus)), corpus)
+    np.testing.assert_array_equal(rerun.doc_embeddings, whole.doc_embeddings)  # identical, not merely close
+    # the same shards, and the same per-corpus entry (its key and its bytes)
+    assert [p.name for p in shard_files(tmp_path / "a")] == [p.name for p in shard_files(tmp_path / "b")]
+    entries = [sorted(p.name for p in (tmp_path / c / "arrays").glob("*.npy")) for c in "ab"]
+    assert entries[0] == entries[1] and len(entries[0]) == 1
+    assert (tmp_path / "a" / "arrays" / entries[0][0]).read_bytes() == (tmp_path / "b" / "arrays" /
+                                                                        entries[0][0]).read_bytes()
+
+
+def test_a_damaged_or_partial_shard_is_discarded_and_its_texts_encoded_again(tmp_path, corpus, caplog):
+    encode = {"shard_size": 100}
+    DenseRetriever(encoder=GaussianEncoder(), cache_dir=tmp_path, encode=encode).index(ids(len(corpus)), corpus)
+    first, second, third = shard_files(tmp_path)  # 100, 100 and 48 texts, in some order (named by content)
+    bad = sum(json.loads(p.read_text())["n"] for p in (first, second))
+    emb = first.with_name(first.name.replace(".json", ".emb.npy"))
+    emb.write_bytes(emb.read_bytes()[:-400])  # cut short, as by a full disk
+    second.with_name(second.name.replace(".json", ".hashes.npy")).unlink()  # a shard half written
+    for entry in (tmp_path / "arrays").glob("*.json"):
+        entry.unlink()  # the per-corpus entry gone: the shards must answer
+    enc = GaussianEncoder()
+    again = DenseRetriever(encoder=enc, cache_dir=tmp_path, encode=encode)
+    with caplog.at_level(logging.WARNING):
+        again.index(ids(len(corpus)), corpus)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "is unreadable or damaged" in warned and emb.name in warned
+    assert sum(map(len, enc.calls)) == bad  # the two bad shards' texts, encoded again
+    fresh = DenseRetriever(encoder=GaussianEncoder(), encode=encode)
+    fresh.index(ids(len(corpus)), corpus)
+    np.testing.assert_array_equal(again.doc_embeddings, fresh.doc_embeddings)
