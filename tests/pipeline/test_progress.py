@@ -101,3 +101,37 @@ def test_progress_lines_reach_a_pipe_and_a_sigterm_is_announced(tmp_path):
     assert done.returncode == -15, done.stderr
     assert "\r" not in done.stderr and "work: 10% (10 of 100 items)" in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("WARNING work interrupted (SIGTERM) after 50 of 100 items")
+
+
+@pytest.mark.parametrize("name", ["tokens", "sentences", "none"])
+def test_chunking_slice_by_slice_gives_the_spans_of_the_whole(monkeypatch, caplog, name):
+    # Chunking a large corpus reports its progress by chunking slices of the documents; every
+    # chunker cuts each document on its own, so the spans are those of one call on all.
+    import random
+
+    import numpy as np
+
+    from pipeline.chunkers import counted
+    from pipeline.chunkers.splitters import NoChunker, SentenceChunker, TokenChunker
+
+    chunker = {"tokens": TokenChunker(size=32, overlap=8), "sentences": SentenceChunker(size=40),
+               "none": NoChunker()}[name]
+    rng = random.Random(1)
+    words = "alpha beta gamma delta epsilon. zeta eta theta! iota kappa lambda mu\n\nnu xi omicron".split(" ")
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 100))) for _ in range(300)]
+    monkeypatch.setattr(counted, "MIN_SLICE", 32)
+    clock = Clock()
+    monkeypatch.setattr(counted, "Progress", lambda *a, **k: Progress(*a, **k, clock=clock, quiet_s=0))
+    real = chunker.spans
+
+    def slow_spans(part):
+        clock.now += 1.0
+        return real(part)
+
+    monkeypatch.setattr(chunker, "spans", slow_spans)
+    with caplog.at_level(logging.INFO, logger="pipeline.chunkers.counted"):
+        got = counted.spans_with_progress(chunker, texts)
+    np.testing.assert_array_equal(got, real(texts))
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == f"chunking ({name}): 10% (32 of 300 documents), 32.0 documents/s, about 8.4 s left"
+    assert said[-1] == f"chunking ({name}): 300 documents in 10.0 s (30.0 documents/s)" and len(said) == 10

@@ -388,3 +388,57 @@ def test_a_damaged_or_partial_shard_is_discarded_and_its_texts_encoded_again(tmp
     fresh = DenseRetriever(encoder=GaussianEncoder(), encode=encode)
     fresh.index(ids(len(corpus)), corpus)
     np.testing.assert_array_equal(again.doc_embeddings, fresh.doc_embeddings)
+
+
+def job(root, *overrides: str, wait_for_shards: int | None = None) -> tuple[str, str]:
+    """``python -m pipeline retriever=dense`` on the sample with MiniLM (stdout, stderr); with
+    ``wait_for_shards``: SIGKILLed as soon as that many shards of its text cache are written."""
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "pipeline", "retriever=dense", "tracking=none", f"paths.root={root}",
+               "retriever.max_seq_length=128", "+retriever.encode.shard_size=32", *overrides]
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if wait_for_shards is None:
+        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout, done.stderr
+    proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(shard_files(root / "cache")) < wait_for_shards and proc.poll() is None:
+            assert time.monotonic() < deadline, "no shard written in 5 minutes"
+            time.sleep(0.05)
+        assert proc.poll() is None, "the job ended before it could be killed: the test tests nothing"
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return out, err
+
+
+@pytest.mark.slow
+def test_a_job_killed_mid_encoding_resumes_from_its_shards_with_identical_embeddings_and_ndcg(tmp_path):
+    # SIGKILL half way through encoding the sample's 171 documents (shards of 32): the rerun
+    # reuses every complete shard, encodes only the rest, and ends exactly where a job that
+    # was never killed ends: the same per-corpus cache entries (key and bytes) and nDCG.
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    job(killed, wait_for_shards=3)
+    kept = sum(json.loads(p.read_text())["n"] for p in shard_files(killed / "cache"))
+    assert 96 <= kept < 171 and not list((killed / "cache").glob("arrays/*.json"))
+    out, err = job(killed)
+    said = out + err  # (the job's log lines go to stdout)
+    assert f"{kept} of 171 docs texts reused from the text cache" in said, said[-3000:]
+    assert f"encoding the other {171 - kept}" in said
+    reference, _ = job(whole)
+    ndcg = [line for line in out.splitlines() if line.strip().startswith("ndcg_at_10")]
+    assert ndcg and ndcg == [line for line in reference.splitlines() if line.strip().startswith("ndcg_at_10")]
+    entries = {c: sorted(p.name for p in (c / "cache" / "arrays").glob("*.npy")) for c in (killed, whole)}
+    assert entries[killed] == entries[whole] and len(entries[killed]) == 2  # documents, queries
+    for name in entries[killed]:
+        np.testing.assert_array_equal(np.load(killed / "cache" / "arrays" / name),
+                                      np.load(whole / "cache" / "arrays" / name))
