@@ -9,8 +9,9 @@ will end, and whoever watches a terminal wants a bar. :class:`Progress` gives bo
   the last line, whichever comes first, with done/total, the rate and the time left. A stage
   that ends within ``quiet_s`` (10 s) prints none of these: short jobs stay short;
 - either way a last line says how long the stage took (INFO when it took a second or more),
-  and a stage left by an exception (Ctrl-C, SIGTERM, a full disk) says how far it got and
-  what ``note`` says about it (what was kept, how to resume).
+  and a stage left by Ctrl-C, a signal or an OS error (a full disk) says how far it got and
+  what ``note`` says about it (what was kept, how to resume); any other error says what is
+  wrong itself.
 
 :func:`announce_termination` turns a SIGTERM during a block into that same line before the
 signal takes effect as it would have (the default: the process ends with status 143).
@@ -87,8 +88,14 @@ class Progress:
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
         if kind is None:
             self.close()
-        else:
+        elif issubclass(kind, OSError) or not issubclass(kind, Exception):
+            # Ctrl-C, a signal turned into an exception, a full disk: how far it got, what it kept.
+            # Other errors say what is wrong themselves (one line, the caller's).
             self.interrupted(kind.__name__ if err is None or not str(err) else f"{kind.__name__}: {err}")
+        else:
+            self.closed = True
+            if self.bar is not None:
+                self.bar.close()
 
     def rate(self) -> float:
         """Items per second so far (0 before the first)."""

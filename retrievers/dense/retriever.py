@@ -271,11 +271,12 @@ class DenseRetriever:
         return np.ascontiguousarray(emb, dtype=np.float32)
 
     def progress(self, what: str, total: int, on_ray: bool, note: Any = "") -> Progress:
-        """The progress of encoding ``total`` texts: a bar on a terminal (``show_progress_bar``),
-        else log lines (``pipeline.io.progress``)."""
+        """The progress of encoding ``total`` texts: a bar on a terminal (``show_progress_bar``;
+        on Ray, Ray Data draws its own), else log lines (``pipeline.io.progress``)."""
         where = "on Ray" if on_ray else f"({self.backend})"
         return Progress(" ".join(w for w in ("encoding", what, where) if w), total, "passages", logger=log,
-                        note=note, terminal=self.show_progress_bar and dense_model.stderr_is_terminal())
+                        note=note,
+                        terminal=self.show_progress_bar and not on_ray and dense_model.stderr_is_terminal())
 
     def encoder_factory(self) -> Callable[[], Encoder]:
         """What a Ray actor calls to get its encoder: the caller's encoder (pickled to the

@@ -135,3 +135,17 @@ def test_chunking_slice_by_slice_gives_the_spans_of_the_whole(monkeypatch, caplo
     said = [r.getMessage() for r in caplog.records]
     assert said[0] == f"chunking ({name}): 10% (32 of 300 documents), 32.0 documents/s, about 8.4 s left"
     assert said[-1] == f"chunking ({name}): 300 documents in 10.0 s (30.0 documents/s)" and len(said) == 10
+
+
+def test_an_error_that_is_not_an_interruption_leaves_its_own_line_alone(caplog):
+    # A model that cannot be loaded, a bad setting: the caller's one-line error says it all.
+    with caplog.at_level(logging.DEBUG, logger="pipeline.io.progress"), pytest.raises(ValueError):
+        with Progress("encoding", 10, "passages", terminal=False):
+            raise ValueError("no such model")
+    assert caplog.records == []
+    with caplog.at_level(logging.DEBUG, logger="pipeline.io.progress"), pytest.raises(OSError):
+        with Progress("encoding", 10, "passages", terminal=False) as p:
+            p.update(4)
+            raise OSError(28, "No space left on device")
+    assert [r.getMessage().split(" in ")[0] for r in caplog.records] == [
+        "encoding interrupted (OSError: [Errno 28] No space left on device) after 4 of 10 passages"]
