@@ -285,6 +285,61 @@ def test_an_encoding_worker_that_keeps_dying_fails_in_one_line_and_caches_nothin
     assert cache_entries(tmp_path / "cache") == []
 
 
+class PoisonedEncoder(DyingEncoder):
+    """The bundled model, whose actor dies on any batch holding one of ``poison`` (every time)."""
+
+    def __init__(self, poison: list[str]):
+        super().__init__("", always=False)
+        self.poison = set(poison)
+
+    def cache_key(self) -> str:
+        return "poisoned-minilm"
+
+    def encode(self, sentences, batch_size=64, **kwargs):
+        if self.poison & set(sentences):
+            os._exit(1)
+        if self.model is None:
+            from retrievers.dense import load_encoder
+
+            self.model = load_encoder(None, backend="torch", device="cpu", max_seq_length=None, identity={},
+                                      cache_dir=None)
+        return self.model.encode(sentences, batch_size=batch_size, **kwargs)
+
+
+class Counting(PoisonedEncoder):
+    """The same model (the same cache key), in this process, counting the texts it encodes."""
+
+    def __init__(self):
+        super().__init__([])
+        self.n = 0
+
+    def encode(self, sentences, batch_size=64, **kwargs):
+        self.n += len(sentences)
+        return super().encode(sentences, batch_size, **kwargs)
+
+
+def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encodes_the_rest(ray_cluster, tmp_path):
+    from retrievers.dense import DenseRetriever, RayFailed
+
+    ids, texts = sample_texts()
+    cache = tmp_path / "cache"
+    dense = DenseRetriever(cache_dir=cache, encoder=PoisonedEncoder(texts[-5:]),
+                           encode={"engine": "ray", "concurrency": 1, "batch_size": 16, "max_retries": 0,
+                                   "shard_size": 32})
+    with pytest.raises(RayFailed) as failed:
+        dense.index(ids, texts)
+    shards = sorted((cache / "texts").glob("*/*.json"))
+    kept = sum(json.loads(p.read_text())["n"] for p in shards)
+    assert 0 < kept <= 160 and kept % 32 == 0, "no shard was kept: the test tests nothing"
+    assert f"{kept} of them cached in {len(shards)} shard(s)" in str(failed.value)
+    counting = Counting()
+    rerun = DenseRetriever(cache_dir=cache, encoder=counting)  # engine local: the same shards
+    rerun.index(ids, texts)
+    assert counting.n == rerun.text_cache_stats["docs"]["encoded"] == 171 - kept
+    local = DenseRetriever(cache_dir=None).encode(texts)
+    assert float(np.abs(rerun.doc_embeddings - local).max()) <= 1e-5
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
