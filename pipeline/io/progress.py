@@ -60,7 +60,8 @@ class Progress:
     """Counts the items of a stage (``update``) and reports as the module says.
 
     Used as a context manager (``with Progress("encoding", n, "passages") as p: ... p.update(k)``)
-    it ends with the closing line, or with the interrupted line when the block raises.
+    it ends with the closing line, or with the interrupted line when the block raises; ``note``
+    (a string, or a function called then) is added to the interrupted line: what was kept.
     ``clock`` and ``terminal`` are for tests.
     """
 
@@ -139,8 +140,8 @@ class Progress:
             self.bar.close()
         elapsed = self.clock() - self.start
         rate = f" ({self.done / elapsed:,.1f} {self.unit}/s)" if elapsed > 0 and self.done else ""
-        self.log.log(logging.INFO if elapsed >= 1.0 else logging.DEBUG, "%s: %s %s in %s%s%s", self.label,
-                     f"{self.done:,}", self.unit, duration(elapsed), rate, self._note())
+        self.log.log(logging.INFO if elapsed >= 1.0 else logging.DEBUG, "%s: %s %s in %s%s", self.label,
+                     f"{self.done:,}", self.unit, duration(elapsed), rate)
 
     def interrupted(self, why: str) -> None:
         """The line of a stage that did not finish: how far it got, why, and the note (once)."""
