@@ -442,3 +442,33 @@ def test_a_job_killed_mid_encoding_resumes_from_its_shards_with_identical_embedd
     for name in entries[killed]:
         np.testing.assert_array_equal(np.load(killed / "cache" / "arrays" / name),
                                       np.load(whole / "cache" / "arrays" / name))
+
+
+def test_a_disk_that_fills_up_mid_encoding_keeps_the_shards_written_before(tmp_path, corpus, monkeypatch, caplog):
+    # The 3rd shard cannot be written (ENOSPC): one warning, the encoding goes on uncached and
+    # returns every embedding; the rerun reuses the 2 shards written and encodes the rest.
+    import errno
+
+    import pipeline.io.cache.entries as store  # (where the text cache calls save_array)
+
+    real, writes = store.save_array, []
+
+    def filling(path, array):
+        writes.append(path)
+        if len(writes) > 4:  # two arrays a shard: the disk is full from the 3rd shard on
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, array)
+
+    monkeypatch.setattr(store, "save_array", filling)
+    encode = {"shard_size": 50}
+    with caplog.at_level(logging.WARNING):
+        full = DenseRetriever(encoder=GaussianEncoder(), cache_dir=tmp_path, encode=encode)
+        full.index(ids(len(corpus)), corpus)
+    assert any("not writable" in r.getMessage() and "No space left" in r.getMessage() for r in caplog.records)
+    assert len(shard_files(tmp_path)) == 2
+    monkeypatch.setattr(store, "save_array", real)
+    enc = GaussianEncoder()
+    rerun = DenseRetriever(encoder=enc, cache_dir=tmp_path, encode=encode)
+    rerun.index(ids(len(corpus)), corpus)
+    assert sum(map(len, enc.calls)) == 248 - 100
+    np.testing.assert_array_equal(rerun.doc_embeddings, full.doc_embeddings)
