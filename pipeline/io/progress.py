@@ -5,7 +5,8 @@ to hours; whoever watches a log file or a pipe must see that the stage is alive 
 will end, and whoever watches a terminal wants a bar. :class:`Progress` gives both:
 
 - standard error a terminal: a tqdm bar (done/total, rate, time left), cleared at the end;
-- otherwise: one INFO line each time another 10% is done or ``every_s`` (30 s) passed since
+- standard error or standard output (where the job's log lines go) not a terminal: one INFO
+  line each time another 10% is done or ``every_s`` (30 s) passed since
   the last line, whichever comes first, with done/total, the rate and the time left. A stage
   that ends within ``quiet_s`` (10 s) prints none of these: short jobs stay short;
 - either way a last line says how long the stage took (INFO when it took a second or more),
@@ -82,6 +83,9 @@ class Progress:
 
             self.bar = tqdm(total=self.total, unit=f" {unit}", desc=label, file=sys.stderr, dynamic_ncols=True,
                             leave=False, disable=False)
+        # Log lines too where the log does not go to that terminal (``python -m pipeline > job.log``:
+        # the bar on standard error, the lines in the file, where Hydra's console handler writes).
+        self.lines = self.bar is None or not is_terminal(sys.stdout)
 
     def __enter__(self) -> Progress:
         return self
@@ -116,6 +120,7 @@ class Progress:
         self.done += int(n)
         if self.bar is not None:
             self.bar.update(int(n))
+        if not self.lines:
             return
         now = self.clock()
         tenths = min(10, self.done * 10 // self.total) if self.total else 10

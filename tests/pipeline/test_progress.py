@@ -149,3 +149,29 @@ def test_an_error_that_is_not_an_interruption_leaves_its_own_line_alone(caplog):
             raise OSError(28, "No space left on device")
     assert [r.getMessage().split(" in ")[0] for r in caplog.records] == [
         "encoding interrupted (OSError: [Errno 28] No space left on device) after 4 of 10 passages"]
+
+
+@pytest.mark.parametrize("stdout_tty", [True, False])
+def test_a_bar_on_a_terminal_and_lines_too_when_the_log_goes_elsewhere(monkeypatch, capsys, caplog, stdout_tty):
+    # `python -m pipeline > job.log`: the bar on the terminal (stderr), the lines in the file
+    # (stdout, where Hydra's console handler writes); both streams a terminal: the bar alone.
+    class Out:
+        def isatty(self):
+            return stdout_tty
+
+        def write(self, text):
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(sys, "stdout", Out())
+    clock = Clock()
+    with caplog.at_level(logging.INFO, logger="pipeline.io.progress"):
+        with Progress("encoding", 100, "passages", clock=clock, terminal=True, quiet_s=0) as p:
+            for _ in range(10):
+                clock.now += 1.0
+                p.update(10)
+    assert "passages/s" in capsys.readouterr().err  # the bar
+    assert len([m for m in lines(caplog) if "%" in m]) == (0 if stdout_tty else 9)
