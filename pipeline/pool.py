@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from pipeline.errors import InputError, check_output_folder
 from pipeline.io.collection import Collection, load_unjudged
+from pipeline.io.progress import Progress
 from pipeline.judging.pool import (judged_pairs, labeling_config, pool, pool_summary, run_file_rankings, tasks,
                                    write_pool)
 
@@ -75,11 +76,14 @@ def load_and_rank(args: argparse.Namespace, cfg: Any,
     else:
         collection = stages.load(Settings.of(cfg))
     rankings, names = [], []
+    progress = Progress("pooling: retrieving", len(configs), "runs", logger=logging.getLogger(__name__))
     for words, retriever_cfg in configs:
         OmegaConf.set_struct(retriever_cfg, False)
         ranking, _ = stages.retrieve(Settings.of(retriever_cfg), collection, min(args.depth, collection.n_docs))
         rankings.append(ranking.doc_idx)
         names.append(" ".join(words))
+        progress.update()
+    progress.close()
     rankings += run_file_rankings(args.run, collection, args.depth)
     names += [str(path) for path in args.run]
     return collection, rankings, names

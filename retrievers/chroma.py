@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
+from pipeline.io.progress import Progress
 from retrievers.base import Ranking
 from retrievers.external import BadResult, ExternalRetriever, Hit, as_id, as_score, check_choice
 
@@ -116,10 +117,12 @@ def write_collection(client: Any, name: str, ids: Sequence[str], embeddings: NDA
     collection = client.create_collection(name, embedding_function=None, metadata=metadata,
                                           configuration={"hnsw": {"space": space}})
     step = int(client.get_max_batch_size())
-    for s in range(0, len(ids), step):
-        collection.add(ids=list(ids[s : s + step]), embeddings=np.asarray(embeddings[s : s + step], np.float32),
-                       metadatas=[dict(m) for m in metadatas[s : s + step]],
-                       documents=None if documents is None else list(documents[s : s + step]))
+    with Progress(f"Chroma indexing ({name})", len(ids), "embeddings", logger=log) as progress:
+        for s in range(0, len(ids), step):
+            collection.add(ids=list(ids[s : s + step]), embeddings=np.asarray(embeddings[s : s + step], np.float32),
+                           metadatas=[dict(m) for m in metadatas[s : s + step]],
+                           documents=None if documents is None else list(documents[s : s + step]))
+            progress.update(min(step, len(ids) - s))
     return collection
 
 

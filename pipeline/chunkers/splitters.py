@@ -22,6 +22,7 @@ from typing import Any, Optional
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.chunkers.counted import spans_with_progress
 from pipeline.context import chunking
 from pipeline.errors import InputError
 from pipeline.io import cache
@@ -450,7 +451,7 @@ def chunk_documents(chunker: Chunker, doc_ids: list[str], doc_texts: Sequence[st
     if not isinstance(doc_texts, list):  # pipeline.io.collection.FileTexts: read once, not once per use
         doc_texts = list(doc_texts)
     key = {"kind": "chunks", "texts": cache.texts_digest(doc_ids, doc_texts), "chunker": chunker.settings()}
-    spans, hit = cache.load_or_compute_array(cache_dir, key, lambda: chunker.spans(doc_texts), shape=(None, 4))
+    spans, hit = cache.load_or_compute_array(cache_dir, key, lambda: spans_with_progress(chunker, doc_texts), shape=(None, 4))
     problem = check_spans(spans, doc_texts)
     if problem is not None:
         if not hit:

@@ -44,6 +44,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from pipeline.io.progress import Progress
 from retrievers.bm25.analysis import STOP_TERM, Analyzer, Vocabulary
 
 log = logging.getLogger(__name__)
@@ -157,10 +158,11 @@ class Spill:
 
 
 def tokenize_corpus(
-    analyzer: Analyzer, doc_texts: Sequence[str], batch: int, spill: Spill
+    analyzer: Analyzer, doc_texts: Sequence[str], batch: int, spill: Spill, progress: Progress | None = None
 ) -> tuple[Vocabulary, NDArray[np.int32], NDArray[np.float64]]:
     """Every document's postings into ``spill``, ``batch`` documents at a time (``doc_texts``
-    is read in slices: it may be a ``pipeline.io.collection.FileTexts``). Returns the
+    is read in slices: it may be a ``pipeline.io.collection.FileTexts``; ``progress`` counts
+    the documents, the bulk of indexing a large corpus). Returns the
     vocabulary, the final id of each provisional term and each document's length in terms.
 
     Each batch in ``spill`` is (provisional term id of each posting, postings of each document,
@@ -192,6 +194,8 @@ def tokenize_corpus(
         tf_type = np.uint16 if counts.max(initial=0) <= np.iinfo(np.uint16).max else np.int32
         spill.append((keys % width).astype(np.int32),
                      np.bincount(keys // width, minlength=len(lengths)).astype(np.int32), counts.astype(tf_type))
+        if progress is not None:
+            progress.update(len(lengths))
     # Final ids: walk the tokens in sorted order, numbering terms as they first occur.
     tokens = list(token_ids)
     del token_ids  # the largest object left

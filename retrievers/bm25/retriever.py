@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from pipeline.io.progress import Progress
 from retrievers.base import Ranking, top_k, top_of_row
 from retrievers.bm25.analysis import STOP_TERM, TOKEN_PATTERN, UNKNOWN_TERM, Analyzer
 from retrievers.bm25.index import VARIANTS, WITH_DELTA, BM25Weights, Spill, tokenize_corpus, weigh
@@ -93,7 +94,8 @@ class BM25Retriever:
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
         parts = Spill()
         try:
-            vocab, final, doc_len = tokenize_corpus(self.analyzer, doc_texts, self.index_batch, parts)
+            with Progress("BM25 indexing", len(doc_texts), "documents", logger=log) as progress:
+                vocab, final, doc_len = tokenize_corpus(self.analyzer, doc_texts, self.index_batch, parts, progress)
             self.weights = weigh(vocab, final, doc_len, parts, self.method, self.k1, self.b, self.delta)
         finally:
             parts.close()

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.io.cache import digest
+from pipeline.io.progress import Progress
 from retrievers.dense.onnx import OnnxEncoder, onnx_model_file
 
 log = logging.getLogger(__name__)
@@ -216,29 +217,24 @@ def load_encoder(model: str | None, *, backend: str, device: str, max_seq_length
     return OnnxEncoder(loaded, onnx_model_file(loaded, identity, backend, cache_dir))
 
 
-def encode_texts(encoder: Encoder, texts: list[str], batch_size: int, bar: str | None = None) -> NDArray[np.float32]:
-    """``encoder``'s embeddings of ``texts`` as float32, unnormalized. With ``bar`` (its
-    label) and standard error a terminal, a bar counts passages and passages/s; never in
-    logs and pipes. The model's own bar is always off. With the bar, texts are encoded
-    longest first, one batch per call (the batches sentence-transformers forms itself)."""
+def encode_texts(encoder: Encoder, texts: list[str], batch_size: int,
+                 progress: Progress | None = None) -> NDArray[np.float32]:
+    """``encoder``'s embeddings of ``texts`` as float32, unnormalized, one batch per call to
+    the model: texts longest first (as sentence-transformers orders one call's texts), so that
+    a batch pads to texts of about its own length. ``progress`` (if any) counts each batch;
+    the model's own bar is always off. The same texts give the same batches, bar or not."""
     settings = {"batch_size": batch_size, "show_progress_bar": False, "convert_to_numpy": True,
                 "normalize_embeddings": False}
-    if bar is None or not stderr_is_terminal():
-        return np.asarray(encoder.encode(texts, **settings), dtype=np.float32)
-    from tqdm import tqdm
-
     order = np.argsort([-len(t) for t in texts], kind="stable")
     out: NDArray[np.float32] | None = None
-    with tqdm(total=len(texts), unit=" passages", desc=bar, file=sys.stderr,
-              dynamic_ncols=True, leave=False, disable=False) as progress:
-        for start in range(0, len(texts), batch_size):
-            rows = order[start : start + batch_size]
-            emb = np.asarray(encoder.encode([texts[i] for i in rows], **settings), dtype=np.float32)
-            if emb.ndim != 2 or emb.shape[0] != len(rows):
-                raise ValueError(f"encoder returned shape {emb.shape} for {len(rows)} texts")
-            if out is None:
-                out = np.zeros((len(texts), emb.shape[1]), np.float32)
-            out[rows] = emb
+    for start in range(0, len(texts), batch_size):
+        rows = order[start : start + batch_size]
+        emb = np.asarray(encoder.encode([texts[i] for i in rows], **settings), dtype=np.float32)
+        if emb.ndim != 2 or emb.shape[0] != len(rows):
+            raise ValueError(f"encoder returned shape {emb.shape} for {len(rows)} texts")
+        if out is None:
+            out = np.zeros((len(texts), emb.shape[1]), np.float32)
+        out[rows] = emb
+        if progress is not None:
             progress.update(len(rows))
-    assert out is not None
-    return out
+    return out if out is not None else np.zeros((0, 0), np.float32)

@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
+from pipeline.io.progress import Progress
 from retrievers.dense.model import encode_texts, stderr_is_terminal
 
 log = logging.getLogger(__name__)
@@ -103,9 +104,12 @@ class EncodeSettings:
     concurrency: int | None = None  # actors; null: as many as the cluster's CPUs (GPUs) allow
     max_retries: int = 3  # restarts of a dead actor (and retries of its batch) before the job fails
     device: str | None = None  # the actors' device; null: cuda with num_gpus > 0, else retriever.device
+    #: texts per shard of the text cache, written as each is complete (either engine); not in
+    #: the YAML (``+retriever.encode.shard_size=N`` sets it), so that a job's params stay as they were
+    shard_size: int = 1024
 
     NUMBERS = (("num_cpus", float), ("num_gpus", float), ("batch_size", int), ("concurrency", int),
-               ("max_retries", int))
+               ("max_retries", int), ("shard_size", int))
 
     @classmethod
     def of(cls, node: Mapping[str, Any] | None) -> EncodeSettings:
@@ -127,6 +131,8 @@ class EncodeSettings:
         for name in ("batch_size", "concurrency"):
             if getattr(settings, name) is not None and int(getattr(settings, name)) < 1:
                 raise ValueError(f"encode.{name} must be >= 1 or null, got {getattr(settings, name)}")
+        if int(settings.shard_size) < 1:
+            raise ValueError(f"encode.shard_size must be >= 1, got {settings.shard_size}")
         if int(settings.max_retries) < 0:
             raise ValueError(f"encode.max_retries must be >= 0, got {settings.max_retries}")
         return settings
@@ -221,26 +227,31 @@ def actor_count(ray: Any, settings: EncodeSettings, n_texts: int, batch_size: in
     return max(1, min(wanted, math.ceil(n_texts / batch_size)))
 
 
-class Progress:
-    """One log line per 10% of the texts encoded (Ray Data draws its own bars on a terminal)."""
+class Shards:
+    """Which rows of the texts each shard holds (``shard_size`` consecutive rows), and how many
+    of each are still to come: ``on_shard(start, embeddings)`` gets a shard once it is complete."""
 
-    def __init__(self, total: int, label: str):
-        self.total, self.label, self.done, self.tenths = total, label, 0, 0
+    def __init__(self, n_texts: int, size: int, on_shard: Callable[[int, NDArray[np.float32]], None] | None):
+        self.size, self.on_shard = max(1, size), on_shard
+        self.left = np.full(math.ceil(n_texts / self.size), self.size, np.int64)
+        if n_texts % self.size:
+            self.left[-1] = n_texts % self.size
 
-    def add(self, rows: int) -> None:
-        """Count ``rows`` more; a line when a new tenth is reached (one line for a batch that
-        crosses several)."""
-        self.done += rows
-        tenths = min(10, self.done * 10 // self.total) if self.total else 10
-        if tenths > self.tenths:
-            self.tenths = tenths
-            log.info("%s: %d%% (%d of %d texts)", self.label, 100 * self.done // max(self.total, 1), self.done,
-                     self.total)
+    def add(self, rows: NDArray[np.int64], out: NDArray[np.float32]) -> None:
+        shards = rows // self.size
+        np.subtract.at(self.left, shards, 1)
+        if self.on_shard is None:
+            return
+        for shard in np.unique(shards[self.left[shards] == 0]).tolist():
+            start = shard * self.size
+            self.on_shard(start, out[start : start + self.size])
 
 
-def collect(batches: Iterator[dict[str, NDArray]], n_texts: int, progress: Progress) -> NDArray[np.float32]:
-    """The rows of ``batches`` in text order. RayFailed unless every text has exactly one
-    row (a retried batch that came back twice, or a lost one, is never cached)."""
+def collect(batches: Iterator[dict[str, NDArray]], n_texts: int, progress: Progress | None,
+            shards: Shards | None = None) -> NDArray[np.float32]:
+    """The rows of ``batches`` in text order, each complete shard handed on as it completes.
+    RayFailed unless every text has exactly one row (a retried batch that came back twice,
+    or a lost one, is never cached)."""
     out: NDArray[np.float32] | None = None
     seen = np.zeros(n_texts, np.int64)
     for batch in batches:
@@ -254,27 +265,57 @@ def collect(batches: Iterator[dict[str, NDArray]], n_texts: int, progress: Progr
             raise RayFailed(f"encoding on Ray returned embeddings of dim {emb.shape[1]} and {out.shape[1]}")
         out[rows] = emb
         np.add.at(seen, rows, 1)
-        progress.add(len(rows))
+        if (seen[rows] > 1).any():
+            raise RayFailed(f"encoding on Ray returned several embeddings for {int((seen > 1).sum())} of "
+                            f"{n_texts} texts")
+        if shards is not None:
+            shards.add(rows, out)
+        if progress is not None:
+            progress.update(len(rows))
     if out is None or (seen != 1).any():
         lost, twice = int((seen == 0).sum()), int((seen > 1).sum())
         raise RayFailed(f"encoding on Ray returned no embedding for {lost} and several for {twice} of "
-                        f"{n_texts} texts; nothing was cached")
+                        f"{n_texts} texts")
     return out
 
 
 def encode_on_ray(texts: Sequence[str], make_encoder: Callable[[], Any], settings: EncodeSettings,
-                  batch_size: int, label: str = "encoding on Ray") -> NDArray[np.float32]:
+                  batch_size: int, label: str = "encoding on Ray", *, progress: Progress | None = None,
+                  on_shard: Callable[[int, NDArray[np.float32]], None] | None = None) -> NDArray[np.float32]:
     """``make_encoder()``'s embeddings of ``texts`` (float32, unnormalized, in order), computed
-    by a pool of Ray Data actors. ``make_encoder`` is pickled to every actor."""
+    by a pool of Ray Data actors. ``make_encoder`` is pickled to every actor. ``progress``
+    counts the texts as they come back; ``on_shard(start, embeddings)`` gets each shard of
+    ``settings.shard_size`` texts (rows ``start`` on) as soon as all its rows are back, so
+    that the caller caches it before the rest is done."""
     if not texts:
         return np.zeros((0, 0), np.float32)
     with ray_runtime(settings.address, "retriever.encode.engine=ray", include_dashboard=False,
                      log_to_driver=True) as ray:
-        return run_encoding(ray, list(texts), make_encoder, settings, int(settings.batch_size or batch_size), label)
+        if progress is not None:
+            return run_encoding(ray, list(texts), make_encoder, settings, int(settings.batch_size or batch_size),
+                                label, progress, on_shard)
+        with Progress(label, len(texts), "passages", logger=log, terminal=False) as own:
+            return run_encoding(ray, list(texts), make_encoder, settings, int(settings.batch_size or batch_size),
+                                label, own, on_shard)
+
+
+def shard_blocks(pa: Any, texts: list[str], shard_size: int, block: int) -> list[Any]:
+    """Arrow blocks of (row, text): each shard's rows longest first (as sentence-transformers
+    orders one call's texts, so that a batch pads to texts of about its own length), cut into
+    blocks of at most ``block`` rows that never span two shards, shard after shard: the first
+    shards complete (and are cached) first."""
+    blocks = []
+    for first in range(0, len(texts), shard_size):
+        shard = texts[first : first + shard_size]
+        order = first + np.argsort([-len(t) for t in shard], kind="stable").astype(np.int64)
+        table = pa.table({"row": order, "text": pa.array([texts[i] for i in order], pa.string())})
+        blocks += [table.slice(start, block) for start in range(0, len(shard), block)]
+    return blocks
 
 
 def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], settings: EncodeSettings,
-                 batch_size: int, label: str) -> NDArray[np.float32]:
+                 batch_size: int, label: str, progress: Progress | None = None,
+                 on_shard: Callable[[int, NDArray[np.float32]], None] | None = None) -> NDArray[np.float32]:
     """The Ray Data pipeline of :func:`encode_on_ray` on a connected ``ray``."""
     import pyarrow as pa
     from ray.data import DataContext
@@ -283,11 +324,7 @@ def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], se
     context.enable_progress_bars = stderr_is_terminal()
     actors = actor_count(ray, settings, len(texts), batch_size)
     block = max(batch_size, min(MAX_BLOCK_ROWS, math.ceil(len(texts) / (4 * actors))))
-    # Longest first, as sentence-transformers orders one call's texts: a batch then pads to
-    # texts of about its own length instead of to the longest of a random batch.
-    order = np.argsort([-len(t) for t in texts], kind="stable").astype(np.int64)
-    table = pa.table({"row": order, "text": pa.array([texts[i] for i in order], pa.string())})
-    blocks = [table.slice(start, block) for start in range(0, len(texts), block)]
+    blocks = shard_blocks(pa, texts, int(settings.shard_size), block)
     log.info("%s: %d texts in %d blocks, %d actor(s) (num_cpus %g, num_gpus %g), batches of %d", label, len(texts),
              len(blocks), actors, settings.num_cpus, settings.num_gpus, batch_size)
     retries = int(settings.max_retries)
@@ -301,15 +338,23 @@ def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], se
             num_cpus=settings.num_cpus or None, num_gpus=settings.num_gpus or None, max_restarts=retries,
             max_task_retries=retries)
     try:
-        return collect(dataset.iter_batches(batch_size=None, batch_format="numpy"), len(texts),
-                       Progress(len(texts), label))
-    except RayFailed:
-        raise
+        return collect(dataset.iter_batches(batch_size=None, batch_format="numpy"), len(texts), progress,
+                       Shards(len(texts), int(settings.shard_size), on_shard))
+    except RayFailed as err:
+        raise RayFailed(f"{err}; {kept(progress)}") from None
     except (ray.exceptions.RayError, ray.exceptions.RaySystemError) as err:
-        raise RayFailed(f"encoding on Ray failed after {retries} retries: {one_line(err)}; nothing was cached") \
+        raise RayFailed(f"encoding on Ray failed after {retries} retries: {one_line(err)}; {kept(progress)}") \
             from None
     except Exception as err:  # Ray Data wraps the actors' errors in its own exceptions
-        raise RayFailed(f"encoding on Ray failed: {one_line(err)}; nothing was cached") from None
+        raise RayFailed(f"encoding on Ray failed: {one_line(err)}; {kept(progress)}") from None
+
+
+def kept(progress: Progress | None) -> str:
+    """What a failed encoding left in the cache, as its progress's note says (or: nothing)."""
+    note = progress.note() if progress is not None and callable(progress.note) else ""
+    if not note or note.startswith("0 of them"):
+        return "nothing was cached"
+    return note
 
 
 def one_line(err: BaseException) -> str:

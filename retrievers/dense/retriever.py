@@ -27,7 +27,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.io.cache import TextEmbeddingStore, load_or_compute_array, text_hashes, texts_digest
+from pipeline.io.progress import Progress, announce_termination
 from retrievers.base import Ranking, padded, top_k
+from retrievers.dense import model as dense_model
 from retrievers.dense.model import (BACKENDS, Encoder, default_model_path, encode_texts, load_encoder, model_identity,
                                     resolve_model)
 from retrievers.dense.ray_encode import EncodeSettings, encode_on_ray
@@ -236,29 +238,45 @@ class DenseRetriever:
                 key["hnsw_target_recall"] = [self.hnsw_target_recall, self.hnsw_calibration_queries]
         return key
 
-    def encode(self, texts: Sequence[str], prefix: str = "", on_ray: bool = False) -> NDArray[np.float32]:
+    def encode(self, texts: Sequence[str], prefix: str = "", on_ray: bool = False,
+               progress: Progress | None = None) -> NDArray[np.float32]:
         """Embed ``texts`` (with ``prefix``), float32 [len(texts), dim], L2-normalized if set;
-        ``on_ray``: by Ray Data actors (``retriever.encode``), else in this process."""
+        ``on_ray``: by Ray Data actors (``retriever.encode``), else in this process.
+        ``progress`` counts the texts (else a progress of its own reports this call)."""
         texts = [prefix + t for t in texts]
         if not texts:
             return np.zeros((0, 0), np.float32)
+        if progress is None:
+            with self.progress("", len(texts), on_ray) as own:
+                return self.encode(texts, "", on_ray, own)
         if on_ray:
             emb = encode_on_ray(texts, self.encoder_factory(), self.encode_settings, self.batch_size,
-                                f"encoding on Ray ({self.backend})")
+                                progress.label, progress=progress)
         else:
             if self._encoder is None:
                 self._encoder = load_encoder(self.model, backend=self.backend, device=self.device,
                                              max_seq_length=self.max_seq_length, identity=self.model_identity(),
                                              cache_dir=self.cache_dir)
-            bar = f"encoding ({self.backend})" if self.show_progress_bar else None
-            emb = encode_texts(self._encoder, texts, self.batch_size, bar)
+            emb = encode_texts(self._encoder, texts, self.batch_size, progress)
+        return self.finished(emb, len(texts))
+
+    def finished(self, emb: NDArray[np.float32], n: int) -> NDArray[np.float32]:
+        """The encoder's ``emb`` of ``n`` texts checked, and L2-normalized if set."""
         if emb.ndim == 2:
             self._encoded_dim = int(emb.shape[1])
-        if emb.ndim != 2 or emb.shape[0] != len(texts):
-            raise ValueError(f"encoder returned shape {emb.shape} for {len(texts)} texts")
+        if emb.ndim != 2 or emb.shape[0] != n:
+            raise ValueError(f"encoder returned shape {emb.shape} for {n} texts")
         if self.normalize:
             emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(emb, dtype=np.float32)
+
+    def progress(self, what: str, total: int, on_ray: bool, note: Any = "") -> Progress:
+        """The progress of encoding ``total`` texts: a bar on a terminal (``show_progress_bar``;
+        on Ray, Ray Data draws its own), else log lines (``pipeline.io.progress``)."""
+        where = "on Ray" if on_ray else f"({self.backend})"
+        return Progress(" ".join(w for w in ("encoding", what, where) if w), total, "passages", logger=log,
+                        note=note,
+                        terminal=self.show_progress_bar and not on_ray and dense_model.stderr_is_terminal())
 
     def encoder_factory(self) -> Callable[[], Encoder]:
         """What a Ray actor calls to get its encoder: the caller's encoder (pickled to the
@@ -281,7 +299,8 @@ class DenseRetriever:
                                                    "backend": backend})
 
     def _encode_unseen(self, role: str, texts: Sequence[str], prefix: str) -> NDArray[np.float32]:
-        """``encode(texts, prefix)``, encoding only the distinct texts the text cache lacks."""
+        """``encode(texts, prefix)``, encoding only the distinct texts the text cache lacks,
+        in shards that are cached as they are made (:meth:`encode_in_shards`)."""
         on_ray = role == "docs" and self.encode_settings.engine == "ray"
         store = self.text_store()
         if store is None or not texts:
@@ -291,14 +310,18 @@ class DenseRetriever:
         first: dict[bytes, int] = {}  # each missing text once: hash -> its first position
         for i in np.flatnonzero(~found):
             first.setdefault(hashes[i].tobytes(), int(i))
+        reused = int(found.sum())
+        if reused:
+            log.info("dense: %d of %d %s texts reused from the text cache (%d shards read)%s", reused, len(texts),
+                     role, shards, f"; encoding the other {len(texts) - reused}" if first else "")
         if first:
-            new = self.encode([texts[i] for i in first.values()], prefix, on_ray)
+            rows = list(first.values())
+            new = self.encode_in_shards(role, store, hashes[rows], [texts[i] for i in rows], prefix, on_ray)
             if emb is not None and new.shape[1] != emb.shape[1]:
                 log.warning("dense: the text cache holds dim %d, the model gives %d; encoding all %d texts",
                             emb.shape[1], new.shape[1], len(texts))
                 self.text_cache_stats[role] = {"texts": len(texts), "from_text_cache": 0, "encoded": len(texts)}
                 return self.encode(texts, prefix, on_ray)
-            store.add(hashes[list(first.values())], new)
             if emb is None:
                 emb = np.zeros((len(texts), new.shape[1]), np.float32)
             row = {h: k for k, h in enumerate(first)}
@@ -308,10 +331,39 @@ class DenseRetriever:
         # The text cache is keyed by the model's identity and verified: its dim is the model's
         # (so a corpus entry of another dim is refused, as after an encoding).
         self._encoded_dim = int(emb.shape[1])
-        self.text_cache_stats[role] = {"texts": len(texts), "from_text_cache": int(found.sum()), "encoded": len(first)}
-        log.info("dense: %d %s texts: %d from the text cache (%d shards read), %d encoded", len(texts), role,
-                 int(found.sum()), shards, len(first))
+        self.text_cache_stats[role] = {"texts": len(texts), "from_text_cache": reused, "encoded": len(first)}
         return emb
+
+    def encode_in_shards(self, role: str, store: TextEmbeddingStore, hashes: NDArray[np.uint64],
+                         texts: list[str], prefix: str, on_ray: bool) -> NDArray[np.float32]:
+        """``encode(texts, prefix)``, cached in the text cache one shard of
+        ``retriever.encode.shard_size`` texts at a time, as each is made. The shards are cut
+        from ``texts`` in order, so a rerun after a kill (which finds the first shards in the
+        cache and is left with the rest, in the same order) cuts the same shards again: each is
+        encoded in the same batches, and the result is that of a run never interrupted."""
+        size = self.encode_settings.shard_size
+        kept = [0, 0]  # texts and shards cached by this call
+
+        def store_shard(start: int, emb: NDArray[np.float32]) -> None:
+            if store.add(hashes[start : start + len(emb)], emb):
+                kept[0], kept[1] = kept[0] + len(emb), kept[1] + 1
+
+        def note() -> str:
+            return f"{kept[0]:,} of them cached in {kept[1]} shard(s) of the text cache {store.folder}, " \
+                   "which a rerun reuses"
+
+        with self.progress(role, len(texts), on_ray, note) as progress, announce_termination(progress):
+            if on_ray:
+                prefixed = [prefix + t for t in texts]
+                raw = encode_on_ray(prefixed, self.encoder_factory(), self.encode_settings, self.batch_size,
+                                    progress.label, progress=progress,
+                                    on_shard=lambda start, emb: store_shard(start, self.finished(emb, len(emb))))
+                return self.finished(raw, len(texts))
+            parts = []
+            for start in range(0, len(texts), size):
+                parts.append(self.encode(texts[start : start + size], prefix, progress=progress))
+                store_shard(start, parts[-1])
+            return np.concatenate(parts)
 
     def cached_embeddings(self, role: str, ids: Sequence[str], texts: Sequence[str],
                           prefix: str) -> NDArray[np.float32]:

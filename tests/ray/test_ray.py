@@ -285,6 +285,61 @@ def test_an_encoding_worker_that_keeps_dying_fails_in_one_line_and_caches_nothin
     assert cache_entries(tmp_path / "cache") == []
 
 
+class PoisonedEncoder(DyingEncoder):
+    """The bundled model, whose actor dies on any batch holding one of ``poison`` (every time)."""
+
+    def __init__(self, poison: list[str]):
+        super().__init__("", always=False)
+        self.poison = set(poison)
+
+    def cache_key(self) -> str:
+        return "poisoned-minilm"
+
+    def encode(self, sentences, batch_size=64, **kwargs):
+        if self.poison & set(sentences):
+            os._exit(1)
+        if self.model is None:
+            from retrievers.dense import load_encoder
+
+            self.model = load_encoder(None, backend="torch", device="cpu", max_seq_length=None, identity={},
+                                      cache_dir=None)
+        return self.model.encode(sentences, batch_size=batch_size, **kwargs)
+
+
+class Counting(PoisonedEncoder):
+    """The same model (the same cache key), in this process, counting the texts it encodes."""
+
+    def __init__(self):
+        super().__init__([])
+        self.n = 0
+
+    def encode(self, sentences, batch_size=64, **kwargs):
+        self.n += len(sentences)
+        return super().encode(sentences, batch_size, **kwargs)
+
+
+def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encodes_the_rest(ray_cluster, tmp_path):
+    from retrievers.dense import DenseRetriever, RayFailed
+
+    ids, texts = sample_texts()
+    cache = tmp_path / "cache"
+    dense = DenseRetriever(cache_dir=cache, encoder=PoisonedEncoder(texts[-5:]),
+                           encode={"engine": "ray", "concurrency": 1, "batch_size": 16, "max_retries": 0,
+                                   "shard_size": 32})
+    with pytest.raises(RayFailed) as failed:
+        dense.index(ids, texts)
+    shards = sorted((cache / "texts").glob("*/*.json"))
+    kept = sum(json.loads(p.read_text())["n"] for p in shards)
+    assert 0 < kept <= 160 and kept % 32 == 0, "no shard was kept: the test tests nothing"
+    assert f"{kept} of them cached in {len(shards)} shard(s)" in str(failed.value)
+    counting = Counting()
+    rerun = DenseRetriever(cache_dir=cache, encoder=counting)  # engine local: the same shards
+    rerun.index(ids, texts)
+    assert counting.n == rerun.text_cache_stats["docs"]["encoded"] == 171 - kept
+    local = DenseRetriever(cache_dir=None).encode(texts)
+    assert float(np.abs(rerun.doc_embeddings - local).max()) <= 1e-5
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
@@ -336,15 +391,33 @@ def test_encode_settings_refuse_bad_values():
             EncodeSettings.of(bad)
 
 
-def test_progress_logs_one_line_per_tenth(caplog):
-    from retrievers.dense.ray_encode import Progress
+def test_each_shard_is_handed_on_once_complete_and_counted_by_the_progress(caplog):
+    # Ray Data returns batches in any order: a shard goes to the cache as soon as all its rows
+    # are back, once; the progress counts every row (a line per tenth in a log).
+    from pipeline.io.progress import Progress
+    from retrievers.dense.ray_encode import Shards, collect, shard_blocks
 
-    progress = Progress(171, "encoding")
-    with caplog.at_level(logging.INFO, logger="retrievers.dense.ray_encode"):
-        for size in [7] * 24 + [3]:
-            progress.add(size)
+    import pyarrow as pa
+
+    texts = [f"text {'x' * (i % 7)} {i}" for i in range(171)]
+    blocks = shard_blocks(pa, texts, 50, 20)  # shards of 50, blocks within a shard, longest first
+    assert [len(b) for b in blocks] == [20, 20, 10] * 3 + [20, 1]
+    assert sorted(r for b in blocks[:3] for r in b["row"].to_pylist()) == list(range(50))
+    batches = [{"row": np.asarray(b["row"].to_pylist(), np.int64),
+                "embedding": np.asarray([[float(r), 1.0] for r in b["row"].to_pylist()], np.float32)}
+               for b in blocks]
+    order = [3, 0, 4, 1, 9, 2, 5, 10, 6, 7, 8]  # out of order: shard 0 completes with the 6th batch, shard 3 before shard 2
+    handed: list[tuple[int, list[float]]] = []
+    progress = Progress("encoding on Ray", 171, "passages", terminal=False, quiet_s=0)
+    with caplog.at_level(logging.INFO, logger="pipeline.io.progress"):
+        out = collect(iter([batches[i] for i in order]), 171, progress,
+                      Shards(171, 50, lambda start, emb: handed.append((start, emb[:, 0].tolist()))))
+    assert [start for start, _ in handed] == [0, 50, 150, 100]
+    assert all(rows == [float(start + i) for i in range(len(rows))] for start, rows in handed)
+    assert [len(rows) for _, rows in handed] == [50, 50, 21, 50]
+    np.testing.assert_array_equal(out[:, 0], np.arange(171, dtype=np.float32))
     percents = [int(r.getMessage().split(": ")[1].split("%")[0]) for r in caplog.records]
-    assert len(percents) == 10 and percents[-1] == 100 and percents == sorted(percents)
+    assert progress.done == 171 and percents == sorted(percents) and len(percents) >= 5
 
 
 def test_the_runtime_we_start_leaves_out_rays_token_notice_only(monkeypatch):

@@ -4,6 +4,8 @@ and one check with the real (bundled, offline) MiniLM model."""
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -164,7 +166,9 @@ def test_embeddings_are_cached_and_invalidated(tmp_path, corpus, queries):
     first = DenseRetriever(encoder=enc, cache_dir=tmp_path)
     first.index(ids(len(corpus)), corpus)
     r1 = first.search(ids(len(queries), "q"), queries, 10)
-    assert len(enc.calls) == 2 and first.last_cache_hits == {"docs": False, "queries": False}
+    # one call per batch of 64: each distinct document once (248), then each query once
+    assert [len(c) for c in enc.calls] == [64, 64, 64, 56, len(queries)]
+    assert first.last_cache_hits == {"docs": False, "queries": False}
 
     enc2 = HashEncoder()
     second = DenseRetriever(encoder=enc2, cache_dir=tmp_path)
@@ -179,7 +183,7 @@ def test_embeddings_are_cached_and_invalidated(tmp_path, corpus, queries):
     second.index(ids(len(corpus)), edited)  # one document changed: a new corpus entry, but the
     assert enc2.calls == [[edited[3]]]      # per-text cache (test_onnx.py) encodes only that text
     DenseRetriever(encoder=enc2, cache_dir=tmp_path, doc_prefix="p: ").index(ids(len(corpus)), corpus)
-    assert len(enc2.calls) == 2  # another prefix: another cache entry
+    assert sum(map(len, enc2.calls[1:])) == 248  # another prefix: another cache entry, every text encoded
     DenseRetriever(encoder=HashEncoder(dim=32), cache_dir=tmp_path).index(ids(len(corpus)), corpus)
     files = sorted(p.suffix for p in (tmp_path / "arrays").iterdir())
     assert set(files) == {".json", ".npy"} and len(files) == 2 * 5  # 4 doc entries + 1 query entry
@@ -304,3 +308,167 @@ def test_hnsw_that_cannot_reach_the_target_says_so(caplog):
     assert cal["ef_search"] == 5000 and cal["recall"] < 1.0
     (warning,) = [rec for rec in caplog.records if rec.levelname == "WARNING"]
     assert f"efSearch 5000: recall@50 {cal['recall']:.4f}" in warning.getMessage() and "(target 1)" in warning.getMessage()
+
+
+# ----------------------------------------------------------------------------- resumable encoding
+
+
+class StoppingEncoder(GaussianEncoder):
+    """GaussianEncoder that raises ``KeyboardInterrupt`` (Ctrl-C) or ``OSError`` (a full disk
+    under the model) once it has encoded ``stop_after`` texts."""
+
+    def __init__(self, stop_after: int | None, error: BaseException | None = None):
+        super().__init__()
+        self.stop_after, self.error = stop_after, error or KeyboardInterrupt()
+
+    def cache_key(self) -> str:
+        return "gauss-bow-64"  # the same model as GaussianEncoder: the same cache entries
+
+    def encode(self, sentences, batch_size=32, **kwargs):
+        if self.stop_after is not None and sum(map(len, self.calls)) + len(sentences) > self.stop_after:
+            raise self.error
+        return super().encode(sentences, batch_size, **kwargs)
+
+
+def shard_files(cache) -> list:
+    return sorted((cache / "texts").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(28, "No space left on device")])
+def test_an_interrupted_encoding_keeps_its_shards_and_the_rerun_encodes_only_the_rest(tmp_path, corpus, caplog,
+                                                                                      error):
+    encode = {"shard_size": 50}
+    # 250 texts, 248 distinct: shards of 50; stopped in the 4th shard (after 170 texts)
+    stopped = DenseRetriever(encoder=StoppingEncoder(170, error), cache_dir=tmp_path / "a", batch_size=20,
+                             encode=encode)
+    with caplog.at_level(logging.INFO), pytest.raises(type(error)):
+        stopped.index(ids(len(corpus)), corpus)
+    assert len(shard_files(tmp_path / "a")) == 3
+    said = [r.getMessage() for r in caplog.records if "interrupted" in r.getMessage()]
+    assert len(said) == 1 and "after 170 of 248 passages" in said[0] and "150 of them cached in 3 shard(s)" in said[0]
+
+    caplog.clear()
+    rerun_enc = StoppingEncoder(None)
+    rerun = DenseRetriever(encoder=rerun_enc, cache_dir=tmp_path / "a", batch_size=20, encode=encode)
+    with caplog.at_level(logging.INFO):
+        rerun.index(ids(len(corpus)), corpus)
+    assert sum(map(len, rerun_enc.calls)) == 248 - 150  # only the texts of the unfinished shards
+    assert rerun.text_cache_stats["docs"] == {"texts": 250, "from_text_cache": 152, "encoded": 98}
+    assert any("152 of 250 docs texts reused from the text cache (3 shards read)" in r.getMessage()
+               for r in caplog.records)
+
+    whole = DenseRetriever(encoder=StoppingEncoder(None), cache_dir=tmp_path / "b", batch_size=20, encode=encode)
+    whole.index(ids(len(corpus)), corpus)
+    np.testing.assert_array_equal(rerun.doc_embeddings, whole.doc_embeddings)  # identical, not merely close
+    # the same shards, and the same per-corpus entry (its key and its bytes)
+    assert [p.name for p in shard_files(tmp_path / "a")] == [p.name for p in shard_files(tmp_path / "b")]
+    entries = [sorted(p.name for p in (tmp_path / c / "arrays").glob("*.npy")) for c in "ab"]
+    assert entries[0] == entries[1] and len(entries[0]) == 1
+    assert (tmp_path / "a" / "arrays" / entries[0][0]).read_bytes() == (tmp_path / "b" / "arrays" /
+                                                                        entries[0][0]).read_bytes()
+
+
+def test_a_damaged_or_partial_shard_is_discarded_and_its_texts_encoded_again(tmp_path, corpus, caplog):
+    encode = {"shard_size": 100}
+    DenseRetriever(encoder=GaussianEncoder(), cache_dir=tmp_path, encode=encode).index(ids(len(corpus)), corpus)
+    first, second, third = shard_files(tmp_path)  # 100, 100 and 48 texts, in some order (named by content)
+    bad = sum(json.loads(p.read_text())["n"] for p in (first, second))
+    emb = first.with_name(first.name.replace(".json", ".emb.npy"))
+    emb.write_bytes(emb.read_bytes()[:-400])  # cut short, as by a full disk
+    second.with_name(second.name.replace(".json", ".hashes.npy")).unlink()  # a shard half written
+    for entry in (tmp_path / "arrays").glob("*.json"):
+        entry.unlink()  # the per-corpus entry gone: the shards must answer
+    enc = GaussianEncoder()
+    again = DenseRetriever(encoder=enc, cache_dir=tmp_path, encode=encode)
+    with caplog.at_level(logging.WARNING):
+        again.index(ids(len(corpus)), corpus)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "is unreadable or damaged" in warned and emb.name in warned
+    assert sum(map(len, enc.calls)) == bad  # the two bad shards' texts, encoded again
+    fresh = DenseRetriever(encoder=GaussianEncoder(), encode=encode)
+    fresh.index(ids(len(corpus)), corpus)
+    np.testing.assert_array_equal(again.doc_embeddings, fresh.doc_embeddings)
+
+
+def job(root, *overrides: str, wait_for_shards: int | None = None) -> tuple[str, str]:
+    """``python -m pipeline retriever=dense`` on the sample with MiniLM (stdout, stderr); with
+    ``wait_for_shards``: SIGKILLed as soon as that many shards of its text cache are written."""
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "pipeline", "retriever=dense", "tracking=none", f"paths.root={root}",
+               "retriever.max_seq_length=128", "+retriever.encode.shard_size=32", *overrides]
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if wait_for_shards is None:
+        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout, done.stderr
+    proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(shard_files(root / "cache")) < wait_for_shards and proc.poll() is None:
+            assert time.monotonic() < deadline, "no shard written in 5 minutes"
+            time.sleep(0.05)
+        assert proc.poll() is None, "the job ended before it could be killed: the test tests nothing"
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return out, err
+
+
+@pytest.mark.slow
+def test_a_job_killed_mid_encoding_resumes_from_its_shards_with_identical_embeddings_and_ndcg(tmp_path):
+    # SIGKILL half way through encoding the sample's 171 documents (shards of 32): the rerun
+    # reuses every complete shard, encodes only the rest, and ends exactly where a job that
+    # was never killed ends: the same per-corpus cache entries (key and bytes) and nDCG.
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    job(killed, wait_for_shards=3)
+    kept = sum(json.loads(p.read_text())["n"] for p in shard_files(killed / "cache"))
+    assert 96 <= kept < 171 and not list((killed / "cache").glob("arrays/*.json"))
+    out, err = job(killed)
+    said = out + err  # (the job's log lines go to stdout)
+    assert f"{kept} of 171 docs texts reused from the text cache" in said, said[-3000:]
+    assert f"encoding the other {171 - kept}" in said
+    reference, _ = job(whole)
+    ndcg = [line for line in out.splitlines() if line.strip().startswith("ndcg_at_10")]
+    assert ndcg and ndcg == [line for line in reference.splitlines() if line.strip().startswith("ndcg_at_10")]
+    entries = {c: sorted(p.name for p in (c / "cache" / "arrays").glob("*.npy")) for c in (killed, whole)}
+    assert entries[killed] == entries[whole] and len(entries[killed]) == 2  # documents, queries
+    for name in entries[killed]:
+        np.testing.assert_array_equal(np.load(killed / "cache" / "arrays" / name),
+                                      np.load(whole / "cache" / "arrays" / name))
+
+
+def test_a_disk_that_fills_up_mid_encoding_keeps_the_shards_written_before(tmp_path, corpus, monkeypatch, caplog):
+    # The 3rd shard cannot be written (ENOSPC): one warning, the encoding goes on uncached and
+    # returns every embedding; the rerun reuses the 2 shards written and encodes the rest.
+    import errno
+
+    import pipeline.io.cache.entries as store  # (where the text cache calls save_array)
+
+    real, writes = store.save_array, []
+
+    def filling(path, array):
+        writes.append(path)
+        if len(writes) > 4:  # two arrays a shard: the disk is full from the 3rd shard on
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, array)
+
+    monkeypatch.setattr(store, "save_array", filling)
+    encode = {"shard_size": 50}
+    with caplog.at_level(logging.WARNING):
+        full = DenseRetriever(encoder=GaussianEncoder(), cache_dir=tmp_path, encode=encode)
+        full.index(ids(len(corpus)), corpus)
+    assert any("not writable" in r.getMessage() and "No space left" in r.getMessage() for r in caplog.records)
+    assert len(shard_files(tmp_path)) == 2
+    monkeypatch.setattr(store, "save_array", real)
+    enc = GaussianEncoder()
+    rerun = DenseRetriever(encoder=enc, cache_dir=tmp_path, encode=encode)
+    rerun.index(ids(len(corpus)), corpus)
+    assert sum(map(len, enc.calls)) == 248 - 100
+    np.testing.assert_array_equal(rerun.doc_embeddings, full.doc_embeddings)
