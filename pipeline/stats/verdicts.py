@@ -177,7 +177,8 @@ class Inference:
             raise ValueError("this Inference carries no scores (built by hand?)")
         wins, ties, losses = (int(v[0]) for v in wins_ties_losses(x[i] - x[j]))
         twins = any(a in g and b in g for g in self.distinct)
-        diff = self.means[i] - self.means[j]
+        # twins are one system: their difference is 0, not the rounding of two equal means
+        diff = 0.0 if twins else self.means[i] - self.means[j]
         h = 0.0 if twins else self.hsd
         lo, hi = diff - h, diff + h
         return PairVerdict(a, b, diff, lo, hi, self.p[i][j], self.hsd, word(diff, lo, hi, self.margin),
