@@ -130,7 +130,8 @@ class PairVerdict:
         m = f"{self.margin:g}"
         if self.word in ("better", "worse"):
             if self.below_margin:
-                return f"{self.a} is {self.word} than {self.b} on {metric}, by less than the margin {m}: {interval} {tail}"
+                return (f"{self.a} is {self.word} than {self.b} on {metric}, by less than the margin {m}: "
+                        f"{interval} {tail}")
             lo, hi = (self.ci_low, self.ci_high) if self.word == "better" else (-self.ci_high, -self.ci_low)
             return (f"{self.a} is {self.word} than {self.b} on {metric} by {abs(self.diff):.3f} "
                     f"[{lo:.3f}, {hi:.3f}] {tail}")
@@ -177,7 +178,8 @@ class Inference:
             raise ValueError("this Inference carries no scores (built by hand?)")
         wins, ties, losses = (int(v[0]) for v in wins_ties_losses(x[i] - x[j]))
         twins = any(a in g and b in g for g in self.distinct)
-        diff = self.means[i] - self.means[j]
+        # twins are one system: their difference is 0, not the rounding of two equal means
+        diff = 0.0 if twins else self.means[i] - self.means[j]
         h = 0.0 if twins else self.hsd
         lo, hi = diff - h, diff + h
         return PairVerdict(a, b, diff, lo, hi, self.p[i][j], self.hsd, word(diff, lo, hi, self.margin),

@@ -145,6 +145,14 @@ def test_best_set_and_evidence_against_the_best():
     assert (inf.evidence["bm25"].wins, inf.evidence["bm25"].losses) == (int(w[0]), int(losses[0]))
 
 
+def test_twins_within_rounding_are_one_system():
+    x = np.random.default_rng(0).random((3, 20))
+    x[2] = x[0] + 1e-13  # identical within TIE_TOLERANCE, means differ by rounding
+    inf = infer(x, list("abc"), n_permutations=99)
+    v = inf.pair("c", "a")
+    assert inf.distinct == [["a", "c"], ["b"]] and (v.diff, v.ci_low, v.ci_high, v.word) == (0.0, 0.0, 0.0, "equivalent")
+
+
 def test_one_distinct_system_and_infinite_hsd_are_json_ready():
     x = np.tile(np.linspace(0, 1, 5), (3, 1))
     inf = infer(x, list("abc"))
