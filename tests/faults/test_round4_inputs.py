@@ -125,6 +125,32 @@ def test_index_chroma_collection_names_chroma_accepts_pass(name):
     client.delete_collection(name)
 
 
+@pytest.mark.slow  # MLflow creates a store
+def test_compare_log_says_when_it_creates_a_store(tmp_path, capsys):
+    """Jobs and sweeps print this note; compare --log once created the store silently."""
+    qrels = SAMPLE / "qrels" / "test.tsv"
+    judged: dict[str, list[str]] = {}
+    for line in qrels.read_text().splitlines()[1:]:
+        qid, did, _ = line.split("\t")
+        judged.setdefault(qid, []).append(did)
+    runs = []
+    for name, order in (("first", 1), ("reversed", -1)):
+        runs.append(tmp_path / f"{name}.trec")
+        runs[-1].write_text("".join(f"{q} Q0 {d} {r} {100 - r} {name}\n" for q, docs in judged.items()
+                                    for r, d in enumerate(docs[::order], start=1)))
+    store = tmp_path / "store" / "mlflow.db"
+    assert compare_command.main([*map(str, runs), "--qrels", str(qrels), "--log", "--tracking-uri",
+                                 f"sqlite:///{store}", "--out", str(tmp_path / "cmp"), "--n-resamples", "100",
+                                 "--n-permutations", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: no MLflow store in {store.parent}; creating a new one, {store}" in out
+    assert store.is_file() and f"at sqlite:///{store}" in out
+    assert compare_command.main([*map(str, runs), "--qrels", str(qrels), "--log", "--tracking-uri",
+                                 f"sqlite:///{store}", "--out", str(tmp_path / "cmp2"), "--n-resamples", "100",
+                                 "--n-permutations", "100"]) == 0
+    assert "creating a new one" not in capsys.readouterr().out  # once only
+
+
 def _annotation(aid: int, email: str, grade: int) -> dict:
     return {"id": aid, "completed_by": {"id": aid % 10, "email": email}, "was_cancelled": False,
             "result": [{"from_name": "grade", "to_name": "document", "type": "choices",
