@@ -184,6 +184,17 @@ def test_an_annotator_named_consensus_keeps_their_grades(email, tmp_path, capsys
     assert sorted(stats["qrels"].values()) == sorted(str(out / name) for name in files if name != "qrels.consensus.txt")
 
 
+@pytest.mark.parametrize("level", ["0", "-1", "101"])
+def test_judgments_relevance_level_is_a_grade(level, tmp_path, capsys):
+    """0 or below made every graded document relevant (the binary agreement then undefined)."""
+    path = _export(tmp_path, [("q1", "d1", [("a@x.org", 1), ("b@x.org", 2)])])
+    with pytest.raises(SystemExit) as exit_:
+        judgments_command.main([str(path), "--out", str(tmp_path / "judged"), "--relevance-level", level])
+    assert exit_.value.code == 2
+    assert f"argument --relevance-level: expected a grade from 1 to 100, got '{level}'" in capsys.readouterr().err
+    assert not (tmp_path / "judged").exists()
+
+
 def test_deeply_nested_json_is_one_line(tmp_path, capsys):
     path = tmp_path / "export.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
