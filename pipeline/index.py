@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.errors import InputError, check_output_folder
+from pipeline.errors import InputError, bounded_int, check_output_folder
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 #: Chroma's rule for a collection's name (chromadb 1.5's validation, checked here before the
@@ -66,8 +66,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     where = chroma.add_mutually_exclusive_group(required=True)
     where.add_argument("--path", help="a local persistent Chroma folder (created if absent)")
     where.add_argument("--host", help="a Chroma server (chroma run --path DIR --port P)")
-    chroma.add_argument("--port", type=int, default=8000)
-    chroma.add_argument("--collection", required=True, type=collection_name, help="the collection's name (3-512 of [a-zA-Z0-9._-])")
+    chroma.add_argument("--port", type=bounded_int(1, 65535, "a port"), default=8000)
+    chroma.add_argument("--collection", required=True, type=collection_name,
+                        help="the collection's name (3-512 of [a-zA-Z0-9._-])")
     chroma.add_argument("--space", default="cosine", choices=("cosine", "ip", "l2"), help="HNSW distance")
     chroma.add_argument("--replace", action="store_true", help="delete the collection first if it exists")
     chroma.add_argument("overrides", nargs="*", help="dataset=..., chunker=..., retriever.model=... (key=value)")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, bounded_int
 from pipeline.judging.judgments import RULES, Judgments, agreement_reading, read_export, write_outputs
 
 
@@ -21,7 +21,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("export", help="Label Studio JSON export (exportType=JSON)")
     p.add_argument("--out", default=None, help="output folder (default: EXPORT's folder/<name>.judgments)")
     p.add_argument("--rule", default="median", help="consensus rule: median (default), majority or max")
-    p.add_argument("--relevance-level", type=int, default=1, help="grade >= this is relevant (default 1)")
+    p.add_argument("--relevance-level", type=bounded_int(1, 100, "a grade"), default=1,
+                   help="grade >= this is relevant (default 1; grades are 0..100)")
     p.add_argument("--choices", default="grade", help="the <Choices name> holding the grade (default grade)")
     p.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     return p

@@ -20,7 +20,8 @@ from __future__ import annotations
 from pipeline.tracking.credentials import CREDENTIAL_ENV, auth_refusal, http_status, redact, without_credentials
 from pipeline.tracking.log import (ADOPTED, ALREADY, FOLDER_LOCK_TIMEOUT_S, LOGGED, RunRecord, closed_run, discard_run,
                                    finish_sweep, finished_run, log_folder, log_folder_artifacts, log_results, log_run,
-                                   log_table, recorded_uri, shown_params, start_sweep, sweep_dir_of, sweep_parent, with_job_k)
+                                   log_table, recorded_uri, shown_params, start_sweep, sweep_dir_of, sweep_parent,
+                                   with_job_k)
 from pipeline.tracking.describe import (PUBLIC_ADVICE, coverage_warning, public_benchmark, run_description,
                                         sweep_coverage_warning)
 from pipeline.tracking.read import (COMPARE_EXPERIMENT, child_runs, download_artifact, experiment_runs, get_run_info,

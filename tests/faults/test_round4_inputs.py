@@ -125,6 +125,32 @@ def test_index_chroma_collection_names_chroma_accepts_pass(name):
     client.delete_collection(name)
 
 
+@pytest.mark.slow  # MLflow creates a store
+def test_compare_log_says_when_it_creates_a_store(tmp_path, capsys):
+    """Jobs and sweeps print this note; compare --log once created the store silently."""
+    qrels = SAMPLE / "qrels" / "test.tsv"
+    judged: dict[str, list[str]] = {}
+    for line in qrels.read_text().splitlines()[1:]:
+        qid, did, _ = line.split("\t")
+        judged.setdefault(qid, []).append(did)
+    runs = []
+    for name, order in (("first", 1), ("reversed", -1)):
+        runs.append(tmp_path / f"{name}.trec")
+        runs[-1].write_text("".join(f"{q} Q0 {d} {r} {100 - r} {name}\n" for q, docs in judged.items()
+                                    for r, d in enumerate(docs[::order], start=1)))
+    store = tmp_path / "store" / "mlflow.db"
+    assert compare_command.main([*map(str, runs), "--qrels", str(qrels), "--log", "--tracking-uri",
+                                 f"sqlite:///{store}", "--out", str(tmp_path / "cmp"), "--n-resamples", "100",
+                                 "--n-permutations", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: no MLflow store in {store.parent}; creating a new one, {store}" in out
+    assert store.is_file() and f"at sqlite:///{store}" in out
+    assert compare_command.main([*map(str, runs), "--qrels", str(qrels), "--log", "--tracking-uri",
+                                 f"sqlite:///{store}", "--out", str(tmp_path / "cmp2"), "--n-resamples", "100",
+                                 "--n-permutations", "100"]) == 0
+    assert "creating a new one" not in capsys.readouterr().out  # once only
+
+
 def _annotation(aid: int, email: str, grade: int) -> dict:
     return {"id": aid, "completed_by": {"id": aid % 10, "email": email}, "was_cancelled": False,
             "result": [{"from_name": "grade", "to_name": "document", "type": "choices",
@@ -156,6 +182,17 @@ def test_an_annotator_named_consensus_keeps_their_grades(email, tmp_path, capsys
     assert (out / "qrels.consensus.txt").read_text() == "q1 0 d1 1\nq1 0 d2 0\n"  # the medians
     stats = json.loads((out / "agreement.json").read_text())
     assert sorted(stats["qrels"].values()) == sorted(str(out / name) for name in files if name != "qrels.consensus.txt")
+
+
+@pytest.mark.parametrize("level", ["0", "-1", "101"])
+def test_judgments_relevance_level_is_a_grade(level, tmp_path, capsys):
+    """0 or below made every graded document relevant (the binary agreement then undefined)."""
+    path = _export(tmp_path, [("q1", "d1", [("a@x.org", 1), ("b@x.org", 2)])])
+    with pytest.raises(SystemExit) as exit_:
+        judgments_command.main([str(path), "--out", str(tmp_path / "judged"), "--relevance-level", level])
+    assert exit_.value.code == 2
+    assert f"argument --relevance-level: expected a grade from 1 to 100, got '{level}'" in capsys.readouterr().err
+    assert not (tmp_path / "judged").exists()
 
 
 def test_deeply_nested_json_is_one_line(tmp_path, capsys):
