@@ -5,7 +5,8 @@ Built from a job's record alone (and its results folder, when at hand), so that
 ``pipeline.sync`` writes the same text a job would.
 
 The judged-coverage warning (``pipeline.metrics.judged_warning``: the mean ``judged_at_<k>``
-below 0.9, at the job's own k: the share of the chunks its generator reads) advises pooling: judging the unjudged top documents of the retrievers compared.
+below 0.9, at the job's own k: the share of the chunks its generator reads) advises pooling:
+judging the unjudged top documents of the retrievers compared.
 On a public benchmark (``dataset=beir``, ``dataset=ir_datasets``) nobody here can extend the
 judgments, so the advice there is ``bpref`` and ``judged_only=true`` instead
 (:func:`coverage_warning`). A sweep says it once, for all its jobs (:func:`sweep_coverage_warning`).
