@@ -23,10 +23,14 @@ in docs/retrievers.md:
   ``on_unknown=fail`` stops instead.
 - **Duplicates** (the same id twice for one query): the best rank is kept, counted, warned.
 - **Fewer than k results** are fine (the rest of the row is empty).
-- **Failures.** ``on_error=fail`` (default): the first query whose call raises or returns a bad
-  result stops the run with one line naming it (InputError, exit 2). ``on_error=skip``: each
-  failure is one warning line, the query is scored as empty (every metric 0), and a last
-  warning counts and names the skipped queries.
+- **Failures.** The user's code runs behind one boundary (``retrievers.calls``): anything a
+  call raises (``sys.exit`` included) or a call past ``timeout_s`` is that query's failure.
+  ``on_error=fail`` (default): the first query whose call fails or returns a bad result stops
+  the run with one line naming it (InputError, exit 2). ``on_error=skip``: each failure is
+  one warning line, the query is scored as empty (every metric 0), and a last warning counts
+  and names the skipped queries.
+- **Nothing from nothing.** Every query failed, or no query got one id of the corpus (an
+  index of another corpus): InputError saying which, never a ranking that scores 0.
 - **Caching.** User code and external indexes change without the pipeline knowing, so a
   ranking is cached only under a user-given ``version`` (change it when the retriever
   changes), and never with ``on_error=skip`` (a ranking with skipped queries must not come
