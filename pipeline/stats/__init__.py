@@ -37,7 +37,9 @@ Sources: Efron & Tibshirani 1993 (bootstrap, BCa); Smucker, Allan & Carterette 2
 (randomization vs t vs Wilcoxon vs sign test in IR); Carterette 2012 and Sakai 2018
 (randomized Tukey HSD); Holm 1979; Benjamini & Hochberg 1995; Sakai 2016 and Webber,
 Moffat & Zobel 2008 (topic-set size, power); McSherry & Najork 2008 (score ties);
-Lakens 2013 (d_z, Hedges' correction). See docs/statistics.md.
+Lakens 2013 (d_z, Hedges' correction); Hsu 1996 (multiple comparisons with the best);
+Schuirmann 1987, Lakens 2017, Wellek 2010 (equivalence, non-inferiority); Montgomery 2017 and
+Sakai 2014 (ANOVA with blocks, standardised effect sizes). See docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from pipeline.stats.anova import AnovaTable, anova_blocks
 from pipeline.stats.bootstrap import bootstrap_ci, bootstrap_means, ci_from_distribution
 from pipeline.stats.comparison import (BaselineComparison, Comparison, SystemSummary, adjust_report, compare,
                                        compare_metrics, tied_with_best)
-from pipeline.stats.factors import DEPTH_FACTORS, MONOTONE_FAMILIES, FactorAnswer, answer_factors, pays_for_depth
+from pipeline.stats.factors import (DEPTH_FACTORS, FACTOR_WORDS, MONOTONE_FAMILIES, FactorAnswer, answer_factors,
+                                    pays_for_depth)
 from pipeline.stats.inputs import (CORRECTIONS, PAIRED_TESTS, TIE_TOLERANCE, Aligned, CiMethod, Correction, Test, align,
                                    distinct_rows, ndtr, ndtri)
 from pipeline.stats.sensitivity import (minimum_detectable_difference, power_paired_t, queries_needed, tie_bounds,
@@ -57,7 +60,7 @@ from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_siz
 from pipeline.stats.verdicts import (DEFAULT_MARGIN, METHOD, WORDS, Inference, PairVerdict, check_margin, critical_range,
                                      infer, word)
 
-__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "METHOD", "MONOTONE_FAMILIES",
+__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "FACTOR_WORDS", "METHOD", "MONOTONE_FAMILIES",
            "PAIRED_TESTS", "TIE_TOLERANCE", "WORDS", "Aligned", "AnovaTable", "BaselineComparison", "CiMethod",
            "Comparison", "Correction", "FactorAnswer", "Inference", "PairVerdict", "SystemSummary", "Test",
            "adjust_pvalues", "adjust_report", "align", "anova_blocks", "answer_factors", "bootstrap_ci", "bootstrap_means", "check_margin", "ci_from_distribution", "compare", "compare_metrics", "critical_range", "distinct_rows",

@@ -158,8 +158,10 @@ def _edge_text(factor: str, levels: list[str], edge: str, inf: Inference) -> str
     neighbour = levels[-2] if edge == "largest" else levels[1]
     text = f", at the edge of the grid ({edge} {factor} tried)"
     if inf.evidence[neighbour].word == "worse":
-        direction = "rising" if edge == "largest" else "falling"
-        text += f": {inf.metric} is still {direction} at {factor} {inf.best} (try beyond it)"
+        if edge == "largest":
+            text += f": {inf.metric} is still rising at {factor} {inf.best} (try beyond it)"
+        else:
+            text += f": {inf.metric} still rises toward smaller {factor} (try below {inf.best})"
     return text
 
 
@@ -167,18 +169,24 @@ def _choice(factor: str, metric: str, levels: list[str], inf: Inference, margin:
     unit = _depth_unit(factor)
     if unit is None or pays_for_depth(metric):
         return None, ""
+    head = f"; {metric} never pays for more {unit}"
     for level in levels:
-        low = 0.0 if level == inf.best else inf.evidence[level].ci_low
-        if low > -margin:
-            return level, (f"; {metric} never pays for more {unit}, so the smallest {factor} within {margin:g} "
-                           f"of the best is {level} (non-inferiority: lower bound {low:+.3f} > -{margin:g})")
+        if level == inf.best:
+            return level, f"{head}, and no smaller {factor} is shown within {margin:g} of the best: {factor} {level}"
+        v = inf.evidence[level]
+        if v.ci_low > -margin:
+            return level, (f"{head}, so the smallest {factor} within {margin:g} of the best is {level} "
+                           f"(non-inferiority: {v.diff:+.3f} [{v.ci_low:+.3f}, {v.ci_high:+.3f}] vs {inf.best}, "
+                           f"lower bound above -{margin:g})")
     return None, ""  # unreachable: the best level always qualifies
 
 
 def _interactions(x: NDArray[np.float64], names: list[str], factors: Mapping[str, Mapping[str, str]],
                   factor: str, levels: Mapping[str, list[str]], best: str, margin: float, alpha: float,
                   anova: AnovaTable) -> list[str]:
-    """Per other factor: the effect of each level minus the best level within each of its levels."""
+    """Per other factor: the effect of each level minus the best level within each of its levels;
+    one line per other factor where it reverses by more than the margin either way or the ANOVA
+    interaction term is significant (the level that reverses, else the one that varies most)."""
     out = []
     values = factors[factor]
     for other in levels:
@@ -196,15 +204,19 @@ def _interactions(x: NDArray[np.float64], names: list[str], factors: Mapping[str
             continue
         row = anova.row(f"{factor}:{other}") or anova.row(f"{other}:{factor}")
         significant = row is not None and row["p"] is not None and row["p"] <= alpha
+        flagged = []
         for lv in (lv for lv in levels[factor] if lv != best):
             e = {g: v[lv] for g, v in effects.items()}
             flip = max(e.values()) > margin and min(e.values()) < -margin
-            if not (flip or significant):
-                continue
-            what = "changes sign" if max(e.values()) > 0 > min(e.values()) else "changes size"
-            per = ", ".join(f"{v:+.3f} at {other} {g}" for g, v in e.items())
-            why = f"interaction p {row['p']:.2g}" if significant and row is not None else f"beyond ±{margin:g}"
-            out.append(f"{lv} - {best} {what} across {other} ({per}; {why})")
+            if flip or significant:
+                flagged.append((flip, max(e.values()) - min(e.values()), lv, e))
+        if not flagged:
+            continue
+        flip, _, lv, e = max(flagged, key=lambda t: t[:2])  # a reversal first, then the widest spread
+        what = "changes sign" if max(e.values()) > 0 > min(e.values()) else "changes size"
+        per = ", ".join(f"{v:+.3f} at {other} {g}" for g, v in e.items())
+        why = f"interaction p {row['p']:.2g}" if significant and row is not None else f"beyond ±{margin:g} both ways"
+        out.append(f"{lv} - {best} {what} across {other} ({per}; {why})")
     return out
 
 

@@ -168,13 +168,17 @@ class Inference:
 
     def pair(self, a: str, b: str) -> PairVerdict:
         """The verdict on ``a - b`` (any two of ``names``; twins give diff 0, [0, 0], p 1)."""
+        unknown = [n for n in (a, b) if n not in self.names]
+        if unknown:
+            raise ValueError(f"unknown system {unknown[0]!r} (known: {', '.join(self.names)})")
         i, j = self.names.index(a), self.names.index(b)
         x = self.scores
         if x is None:
             raise ValueError("this Inference carries no scores (built by hand?)")
         wins, ties, losses = (int(v[0]) for v in wins_ties_losses(x[i] - x[j]))
         twins = any(a in g and b in g for g in self.distinct)
-        diff = self.means[i] - self.means[j]
+        # twins are one system: their difference is 0, not the rounding of two equal means
+        diff = 0.0 if twins else self.means[i] - self.means[j]
         h = 0.0 if twins else self.hsd
         lo, hi = diff - h, diff + h
         return PairVerdict(a, b, diff, lo, hi, self.p[i][j], self.hsd, word(diff, lo, hi, self.margin),

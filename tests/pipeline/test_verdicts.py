@@ -15,7 +15,7 @@ import statsmodels.formula.api as smf
 from statsmodels.stats.anova import anova_lm
 
 from pipeline import stats
-from pipeline.stats import anova_blocks, answer_factors, check_margin, infer, pays_for_depth, word
+from pipeline.stats import FACTOR_WORDS, anova_blocks, answer_factors, check_margin, infer, pays_for_depth, word
 from pipeline.stats.verdicts import PairVerdict, critical_range
 
 
@@ -50,6 +50,27 @@ def test_infer_uses_the_tukey_p_values_of_the_distinct_systems():
     np.testing.assert_array_equal(np.array(inf.p)[4, :4], p[2])
     assert inf.p[2][4] == 1.0 and inf.distinct == [["a"], ["b"], ["c", "e"], ["d"]]
     assert inf.evidence["e"].to_dict() | {"a": "c"} == inf.evidence["c"].to_dict()
+
+
+def test_tukey_hsd_keeps_its_values_after_the_split_into_ranges_and_p_values():
+    """The permutations of tukey_hsd, written out plainly: stream 2 of the seed permutes each varying
+    query's scores across systems; p = (#{range* >= gap - tol} + 1) / (B + 1)."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 3, (4, 12)) / 2
+    x[:, 0] = 0.5  # a query on which every system ties (left out of the permutations)
+    b, seed = 300, 11
+    varying = (x != x[:1]).any(axis=0)
+    gen = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2,)))
+    perm = gen.permuted(np.broadcast_to(np.arange(4), (b, int(varying.sum()), 4)), axis=2)
+    xv = x[:, varying]
+    ranges = np.array([np.ptp([sum(xv[perm[t, q, s], q] for q in range(xv.shape[1])) for s in range(4)]) / 12
+                       for t in range(b)])
+    gap = np.abs(x.mean(1)[:, None] - x.mean(1)[None, :])
+    expected = ((ranges[None, None, :] >= gap[:, :, None] - 1e-10).sum(axis=2) + 1) / (b + 1)
+    np.fill_diagonal(expected, 1.0)
+    np.testing.assert_array_equal(stats.tukey_hsd(x, n_permutations=b, seed=seed), expected)
+    with pytest.raises(ValueError, match="unknown system"):
+        infer(x, list("abcd"), n_permutations=b).pair("a", "z")
 
 
 @pytest.mark.parametrize("discrete", [True, False])
@@ -122,6 +143,14 @@ def test_best_set_and_evidence_against_the_best():
     assert d["method"] == stats.METHOD and d["evidence"]["bm25"]["wins"] + d["evidence"]["bm25"]["losses"] == 80
     w, t, losses = stats.wins_ties_losses(x[0] - x[2])
     assert (inf.evidence["bm25"].wins, inf.evidence["bm25"].losses) == (int(w[0]), int(losses[0]))
+
+
+def test_twins_within_rounding_are_one_system():
+    x = np.random.default_rng(0).random((3, 20))
+    x[2] = x[0] + 1e-13  # identical within TIE_TOLERANCE, means differ by rounding
+    inf = infer(x, list("abc"), n_permutations=99)
+    v = inf.pair("c", "a")
+    assert inf.distinct == [["a", "c"], ["b"]] and (v.diff, v.ci_low, v.ci_high, v.word) == (0.0, 0.0, 0.0, "equivalent")
 
 
 def test_one_distinct_system_and_infinite_hsd_are_json_ready():
@@ -215,7 +244,7 @@ def test_answer_factors_on_a_known_sweep():
     assert o.line.startswith("reorder: no practical difference (lost_in_the_middle +0.00") and "inside ±0.01" in o.line
     assert k.levels == ["3", "5", "10"] and k.best_level == "10" and k.edge == "largest" and k.ordered
     assert "at the edge of the grid (largest k tried)" in k.line and "still rising" in k.line
-    assert k.choice == "10" and "never pays for more chunks" in k.line
+    assert k.choice == "10" and "never pays for more chunks, and no smaller k is shown within 0.01 of the best: k 10" in k.line
     # the intervals are the evidence's
     j = k.levels.index("3")
     assert (k.ci_low[j], k.ci_high[j]) == (k.evidence["3"].ci_low, k.evidence["3"].ci_high)
@@ -236,6 +265,23 @@ def test_interaction_that_changes_sign_is_flagged():
     assert "at retriever bm25" in o.line
 
 
+def test_smallest_edge_and_an_incomplete_grid():
+    """The best k is the smallest tried; one job failed (no ANOVA), yet a reversal beyond the
+    margin is still flagged from the cells that ran."""
+    x, names, fac = sweep(np.random.default_rng(5))
+    for i, n in enumerate(names):
+        x[i] -= 0.04 * ("k5" in n) + 0.08 * ("k10" in n)  # the grid's k effect was +0.02 a step
+        x[i] += 0.03 if ("litm" in n or "lost" in n) == n.startswith("bm25") else -0.03  # reorder flips by retriever
+    keep = [i for i, n in enumerate(names) if n != "hybrid none k10"]
+    x, names = x[keep], [names[i] for i in keep]
+    answers = answer_factors(x, names, fac, metric="ndcg_at_10", n_permutations=199)
+    k, o = answers[2], answers[1]
+    assert k.best_level == "3" and k.edge == "smallest"
+    assert "at the edge of the grid (smallest k tried): ndcg_at_10 still rises toward smaller k (try below 3)" in k.line
+    assert any("changes sign across retriever" in t and "beyond ±0.01 both ways" in t for t in o.interactions)
+    assert anova_blocks(x, names, fac).note.startswith("incomplete grid")
+
+
 def test_answer_factors_refuses_bad_input():
     x, names, fac = sweep(np.random.default_rng(0), n=5)
     with pytest.raises(ValueError, match="one level"):
@@ -253,4 +299,4 @@ def test_identical_levels_are_no_difference():
     for i, n in enumerate(names):
         x[i] = x[names.index(n.replace("lost_in_the_middle", "none"))]
     o = answer_factors(x, names, fac, metric="ndcg_at_10", n_permutations=99)[1]
-    assert o.word == "no difference" and "ndcg_at_10 cannot see reorder" in o.line
+    assert o.word == "no difference" == FACTOR_WORDS[0] and "ndcg_at_10 cannot see reorder" in o.line
