@@ -55,17 +55,17 @@ from pipeline.stats.inputs import (CORRECTIONS, PAIRED_TESTS, TIE_TOLERANCE, Ali
 from pipeline.stats.sensitivity import (minimum_detectable_difference, power_paired_t, queries_needed, tie_bounds,
                                         tie_spread_flag)
 from pipeline.stats.significance import (EXACT_MAX_N, adjust_pvalues, effect_sizes, paired_t_test, randomization_test,
-                                  sign_test, tukey_hsd, tukey_hsd_stack, tukey_pvalues, tukey_ranges, wilcoxon_test,
-                                  wins_ties_losses)
-from pipeline.stats.verdicts import (DEFAULT_MARGIN, METHOD, WORDS, Inference, PairVerdict, check_margin, critical_range,
-                                     infer, word)
+                                         sign_test, tukey_hsd, tukey_hsd_stack, tukey_pvalues, tukey_ranges,
+                                         wilcoxon_test, wins_ties_losses)
+from pipeline.stats.verdicts import (DEFAULT_MARGIN, METHOD, WORDS, Inference, PairVerdict, check_margin,
+                                     critical_range, infer, word)
 
-__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "FACTOR_WORDS", "METHOD", "MONOTONE_FAMILIES",
-           "PAIRED_TESTS", "TIE_TOLERANCE", "WORDS", "Aligned", "AnovaTable", "BaselineComparison", "CiMethod",
-           "Comparison", "Correction", "FactorAnswer", "Inference", "PairVerdict", "SystemSummary", "Test",
-           "adjust_pvalues", "adjust_report", "align", "anova_blocks", "answer_factors", "bootstrap_ci", "bootstrap_means", "check_margin", "ci_from_distribution", "compare", "compare_metrics", "critical_range", "distinct_rows",
-           "effect_sizes",
-           "infer", "minimum_detectable_difference", "ndtr", "ndtri", "paired_t_test", "pays_for_depth", "power_paired_t",
-           "queries_needed",
-           "randomization_test", "sign_test", "tie_bounds", "tie_spread_flag", "tied_with_best", "tukey_hsd",
-           "tukey_hsd_stack", "tukey_pvalues", "tukey_ranges", "wilcoxon_test", "wins_ties_losses", "word"]
+__all__ = ["CORRECTIONS", "DEFAULT_MARGIN", "DEPTH_FACTORS", "EXACT_MAX_N", "FACTOR_WORDS", "METHOD",
+           "MONOTONE_FAMILIES", "PAIRED_TESTS", "TIE_TOLERANCE", "WORDS", "Aligned", "AnovaTable",
+           "BaselineComparison", "CiMethod", "Comparison", "Correction", "FactorAnswer", "Inference", "PairVerdict",
+           "SystemSummary", "Test", "adjust_pvalues", "adjust_report", "align", "anova_blocks", "answer_factors",
+           "bootstrap_ci", "bootstrap_means", "check_margin", "ci_from_distribution", "compare", "compare_metrics",
+           "critical_range", "distinct_rows", "effect_sizes", "infer", "minimum_detectable_difference", "ndtr",
+           "ndtri", "paired_t_test", "pays_for_depth", "power_paired_t", "queries_needed", "randomization_test",
+           "sign_test", "tie_bounds", "tie_spread_flag", "tied_with_best", "tukey_hsd", "tukey_hsd_stack",
+           "tukey_pvalues", "tukey_ranges", "wilcoxon_test", "wins_ties_losses", "word"]

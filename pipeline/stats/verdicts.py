@@ -130,7 +130,8 @@ class PairVerdict:
         m = f"{self.margin:g}"
         if self.word in ("better", "worse"):
             if self.below_margin:
-                return f"{self.a} is {self.word} than {self.b} on {metric}, by less than the margin {m}: {interval} {tail}"
+                return (f"{self.a} is {self.word} than {self.b} on {metric}, by less than the margin {m}: "
+                        f"{interval} {tail}")
             lo, hi = (self.ci_low, self.ci_high) if self.word == "better" else (-self.ci_high, -self.ci_low)
             return (f"{self.a} is {self.word} than {self.b} on {metric} by {abs(self.diff):.3f} "
                     f"[{lo:.3f}, {hi:.3f}] {tail}")
