@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from pipeline.errors import InputError, bounded_int, check_output_folder, positive_int
 from pipeline.comparison import (CORRECTIONS, DEFAULT_METRICS, DEFAULT_TRACKING_URI, TESTS, Report, build_report,
-                             format_table, log_report, write_report)
+                                 format_table, log_report, write_report)
 from pipeline.comparison.ties import choose_metrics
 from pipeline.comparison.verdict import DEFAULT_MARGIN, check_margin
 from pipeline.tracking import TrackingError, new_store_note, redact, sqlite_path, without_credentials

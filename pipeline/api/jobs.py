@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, Union
 from pipeline.api.evaluation import EvaluationResult
 from pipeline.errors import InputError
 from pipeline.io import results as res
-from pipeline.comparison import (DEFAULT_METRICS, Report, build_report, format_markdown, format_table, load_system,
-                             load_systems, write_report)
+from pipeline.comparison import (DEFAULT_METRICS, Report, build_report, format_markdown, format_table,
+                                 load_system, load_systems, write_report)
 from pipeline.comparison.systems import System, check_metrics, name_systems
 from pipeline.comparison.verdict import DEFAULT_MARGIN, Verdict, check_margin
 from pipeline.comparison.words import verdict_lines

@@ -1,9 +1,10 @@
 """Comparing retrieval systems on the same queries: one computation, many views.
 
 ``systems`` reads what is compared (job and sweep folders, run files, MLflow runs),
-``report`` computes the comparison once (:func:`build_report` -> :class:`Report`),
-``render`` shows it (the console table, ``report.md``), ``output`` writes and logs it, and
-``ties`` words exact ties the same way everywhere. matplotlib, pandas and mlflow are imported
+``report`` computes the comparison once (:func:`build_report` -> :class:`Report`), with
+``verdict`` the one inference every view states (:class:`Verdict`) and ``words`` its
+sentences (:func:`verdict_lines`); ``render`` shows it (the console, ``report.md``, answer
+first), ``output`` writes and logs it, and ``ties`` words exact ties the same way everywhere. matplotlib, pandas and mlflow are imported
 only inside the functions that need them. See docs/comparing.md.
 """
 
@@ -16,8 +17,10 @@ from pipeline.comparison.report import (CORRECTIONS, REPORT_FORMAT, TESTS, Repor
 from pipeline.comparison.systems import (DEFAULT_METRICS, DEFAULT_TRACKING_URI, System, load_system, load_systems,
                                          parse_overrides, read_per_query)
 from pipeline.comparison.ties import swept_factors
+from pipeline.comparison.verdict import DEFAULT_MARGIN, Verdict
+from pipeline.comparison.words import verdict_lines
 
-__all__ = ["BEST", "CORRECTIONS", "DEFAULT_METRICS", "DEFAULT_TRACKING_URI", "REPORT_FORMAT", "SIGNIFICANT", "TESTS",
+__all__ = ["BEST", "CORRECTIONS", "DEFAULT_MARGIN", "DEFAULT_METRICS", "DEFAULT_TRACKING_URI", "REPORT_FORMAT", "SIGNIFICANT", "TESTS",
            "Report", "System", "build_report", "compute_main_effects", "find_baseline", "format_markdown",
            "format_table", "load_system", "load_systems", "log_report", "parse_overrides", "read_per_query",
-           "report_for_folders", "swept_factors", "write_report"]
+           "report_for_folders", "swept_factors", "Verdict", "verdict_lines", "write_report"]

@@ -79,7 +79,8 @@ def test_systems_scored_differently_are_refused_in_one_line(jobs, tmp_path, caps
 
 
 def test_the_same_definition_compares_as_before(jobs, tmp_path, capsys):
-    code, out, err = _compare(capsys, str(jobs["base"]), str(jobs["k1"]), "--json", "--out", str(tmp_path / "r"))
+    code, out, err = _compare(capsys, str(jobs["base"]), str(jobs["k1"]), "--json", "--out", str(tmp_path / "r"),
+                              "--baseline", str(jobs["base"]))  # the marks are against the best unless named
     assert code == 0, err
     report = json.loads(out)
     assert "mixed" not in report and "scoring_unknown" not in report
@@ -91,7 +92,7 @@ def test_the_same_definition_compares_as_before(jobs, tmp_path, capsys):
 
 def test_allow_mixed_compares_and_says_so_first(jobs, tmp_path, capsys):
     code, out, err = _compare(capsys, str(jobs["base"]), str(jobs["linear"]), "--allow-mixed",
-                              "--out", str(tmp_path / "r"))
+                              "--out", str(tmp_path / "r"), "--baseline", str(jobs["base"]))
     assert code == 0, err
     first = out.splitlines()[0]
     assert first.startswith("MIXED COMPARISON (--allow-mixed)") and "gain differs" in first
