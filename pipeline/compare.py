@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--qrels", help="qrels for TREC run files (TREC or BEIR .tsv; .gz fine)")
     parser.add_argument("--baseline", help="the system the others are compared with and marked against "
                         "(default: the best on each metric)")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+    parser.add_argument("--margin", type=_positive_float, default=DEFAULT_MARGIN,
                         help=f"the practical margin, in the metric's units ({DEFAULT_MARGIN:g}): a difference "
                              "whose interval lies inside +-margin is 'equivalent'")
     parser.add_argument("--all-tests", action="store_true", help="add the full table of tests (bootstrap BCa CIs, "
