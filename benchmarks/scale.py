@@ -278,13 +278,22 @@ class RandomEncoder:
 
     def __init__(self, seed: int, dim: int = DIM):
         self.seed, self.dim = seed, dim
+        self._vectors: dict[int, np.ndarray] = {}
 
     def cache_key(self) -> str:
         return f"random-unit-{self.dim}-{self.seed}"
 
     def encode(self, sentences: list[str], batch_size: int = 0, **kwargs: Any) -> np.ndarray:
+        """Text ``<role>:<i>`` gets row i of the role's stream, whatever batch it comes in (the
+        retriever encodes in batches, longest text first): row i does not depend on how many rows
+        are drawn, so these are the vectors one call over all texts in order would give."""
         role = 0 if sentences[0].startswith("d") else 1
-        return random_unit_vectors(len(sentences), self.dim, [self.seed, role])
+        rows = np.fromiter((int(s.split(":", 1)[1]) for s in sentences), np.int64, len(sentences))
+        have = self._vectors.get(role)
+        if have is None or len(have) <= rows.max():
+            n = max(int(rows.max()) + 1, 2 * (0 if have is None else len(have)))
+            have = self._vectors[role] = random_unit_vectors(n, self.dim, [self.seed, role])
+        return have[rows]
 
 
 def random_unit_vectors(n: int, dim: int, seed: Any) -> np.ndarray:

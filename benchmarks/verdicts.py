@@ -43,6 +43,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -67,8 +68,17 @@ def real_matrix(dataset: str, metric: str = "ndcg_at_10", variants: dict | None 
     import pipeline  # noqa: PLC0415
     from retrievers.bm25 import BM25Retriever  # noqa: PLC0415
 
-    logging.getLogger("pipeline").setLevel(logging.ERROR)  # the sample's "few judged documents" warnings
+    quiet = logging.getLogger("pipeline")  # the sample's "few judged documents" warnings, for this call only
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return _real_matrix(pipeline, BM25Retriever, dataset, metric, variants)
+    finally:
+        quiet.setLevel(level)
 
+
+def _real_matrix(pipeline: Any, BM25Retriever: Any, dataset: str, metric: str,  # noqa: N803
+                 variants: dict | None) -> NDArray[np.float64]:
     variants = VARIANTS if variants is None else variants
     if dataset == "sample":
         coll, qrels = pipeline.load_collection("sample"), ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
