@@ -167,3 +167,49 @@ def describe(cost: dict[str, Any]) -> str | None:
 def _number(value: float) -> str:
     """``21,694`` for large numbers, ``3.42`` for small ones (no exponent on the console)."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+# --------------------------------------------------------------------------- index sizes
+
+
+def array_bytes(*arrays: Any) -> int:
+    """Bytes held by numpy arrays, scipy sparse matrices (data, indices, indptr) and
+    ``array.array`` buffers; None entries count 0."""
+    total = 0
+    for a in arrays:
+        if a is None:
+            continue
+        if hasattr(a, "indptr"):  # scipy sparse (csr/csc)
+            total += a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
+        elif hasattr(a, "nbytes"):
+            total += int(a.nbytes)
+        else:  # array.array, bytes
+            total += len(a) * getattr(a, "itemsize", 1)
+    return total
+
+
+def faiss_bytes(index: Any) -> int:
+    """Bytes of a faiss flat or HNSW-flat index in memory: its vectors (``codes``) and, for
+    HNSW, its graph (neighbors, levels, offsets); within 0.1% of ``faiss.serialize_index``."""
+    import faiss
+
+    inner = faiss.downcast_index(index)
+    total = 0
+    hnsw = getattr(inner, "hnsw", None)
+    if hnsw is not None:
+        total += 4 * hnsw.neighbors.size() + 4 * hnsw.levels.size() + 8 * hnsw.offsets.size()
+        inner = faiss.downcast_index(inner.storage)
+    codes = getattr(inner, "codes", None)
+    return total + (int(codes.size()) if codes is not None else 0)
+
+
+def folder_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of the files under ``path`` (a persistent Chroma folder)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
