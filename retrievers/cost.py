@@ -21,7 +21,7 @@ encoding time, and the machine that measured them.
   throughput = queries / the pass's wall time.
 
 A retriever with ``latency_measured = False`` (a run file: nothing is retrieved) reports no
-latency, only ``latency_source: not measured``. The summary is JSON-able: it is stored with
+latency, only ``latency_source: not measured`` and a ``note`` saying why. The summary is JSON-able: it is stored with
 the cached ranking and reported on a cache hit with ``latency_source: cache``, never as 0.
 """
 
@@ -106,7 +106,8 @@ def measured_search(retriever: Any, query_ids: Sequence[str], query_texts: Seque
                     settings: CostSettings) -> tuple[Any, dict[str, Any]]:
     """(the ranking of the first timed pass, its latency summary: :func:`summary`)."""
     if not getattr(retriever, "latency_measured", True):
-        return retriever.search(query_ids, query_texts, depth), {"latency_source": NOT_MEASURED}
+        return retriever.search(query_ids, query_texts, depth), {
+            "latency_source": NOT_MEASURED, "note": "a run file: ranked elsewhere"}
     n_warm = min(settings.warmup, len(query_ids))
     if n_warm:
         retriever.search([f"__warmup_{i}" for i in range(n_warm)], [f"{t} " for t in query_texts[:n_warm]], depth)
@@ -152,7 +153,7 @@ def describe(cost: dict[str, Any]) -> str | None:
     queries/s``, with where the numbers come from; None without cost numbers."""
     source = cost.get("latency_source")
     if source == NOT_MEASURED:
-        return "latency not measured (a run file: nothing was retrieved)"
+        return f"latency not measured ({cost.get('note', 'no timing')})"
     m = cost.get("metrics") or {}
     if "latency_p50_ms" not in m:
         return None
