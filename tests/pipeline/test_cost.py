@@ -133,3 +133,41 @@ def test_bad_cost_settings_are_one_line(block, problem):
     with pytest.raises(InputError, match=problem):
         config.cost_settings(OmegaConf.create({"cost": block}))
     assert config.cost_settings(OmegaConf.create({})) == cost.CostSettings()
+
+
+# --------------------------------------------------------------------------- a job, its record and MLflow run
+
+
+@pytest.mark.slow
+def test_a_job_logs_its_cost_as_mlflow_metrics_and_tags_apart_from_quality(tmp_path, store, capsys):
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from mlflow import MlflowClient
+
+    from pipeline import tracking
+    from pipeline.job import run
+    from pipeline.tracking.view import headline_columns
+
+    repo = Path(__file__).resolve().parents[2]
+    with initialize_config_dir(config_dir=str(repo / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["tracking=none", f"paths.root={tmp_path}", "cost.repeat=2"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)
+        run(cfg)
+    assert "(per-query share of batches)" in capsys.readouterr().out
+    (results,) = tmp_path.glob("runs/*/*/results")
+    import json
+
+    record = json.loads((results / "record.json").read_text())
+    assert record["params"]["cost.repeat"] == "2" and record["cost"]["timed_queries"] == 2 * 52
+    assert not any(key.startswith(("latency_", "throughput_", "index_")) for key in record["metrics"])
+    run_id = tracking.log_results(results, tracking.StoreSettings(uri=store,
+                                                                  artifact_root=str(Path(store[10:]).parent)))
+    logged = MlflowClient(tracking_uri=store).get_run(run_id).data
+    for key, value in record["cost"]["metrics"].items():
+        assert logged.metrics[key] == pytest.approx(value, rel=1e-12), key
+    assert logged.tags["cost.latency_mode"] == "batch_share" and logged.tags["cost.latency_source"] == "measured"
+    assert logged.tags["cost.machine.cores"].isdigit()
+    columns = headline_columns("ndcg_at_10")
+    assert columns.index("metrics.`latency_p95_ms`") == columns.index("metrics.`ndcg_at_10_ci_high`") + 1
