@@ -205,6 +205,9 @@ class ChromaRetriever(ExternalRetriever):
         self._query_emb: NDArray[np.float32] | None = None
         self._found: dict[str, list[str]] = {}  # query text -> Chroma's ids, as returned (for the recall)
 
+    #: retrievers.cost: the warm-up must not fill the query text cache (``DenseRetriever``'s rule)
+    warmup_real_queries = False
+
     def place(self) -> str:
         return where(self.path, self.host, self.port)
 

@@ -108,9 +108,7 @@ def measured_search(retriever: Any, query_ids: Sequence[str], query_texts: Seque
     if not getattr(retriever, "latency_measured", True):
         return retriever.search(query_ids, query_texts, depth), {
             "latency_source": NOT_MEASURED, "note": "a run file: ranked elsewhere"}
-    n_warm = min(settings.warmup, len(query_ids))
-    if n_warm:
-        retriever.search([f"__warmup_{i}" for i in range(n_warm)], [f"{t} " for t in query_texts[:n_warm]], depth)
+    n_warm = warm_up(retriever, query_ids, query_texts, depth, settings.warmup)
     ranking, samples, walls, mode = None, [], [], "batch_share"
     for _ in range(settings.repeat):
         retriever.latencies_ms = None
@@ -127,6 +125,28 @@ def measured_search(retriever: Any, query_ids: Sequence[str], query_texts: Seque
     info = summary(np.concatenate(samples), len(query_ids), walls, mode)
     info.update(warmup=n_warm, repeat=settings.repeat)
     return ranking, info
+
+
+def warm_up(retriever: Any, query_ids: Sequence[str], query_texts: Sequence[str], depth: int, n: int) -> int:
+    """Search the first ``n`` queries untimed, their results dropped; returns how many.
+
+    User code (``warmup_real_queries``: the adapters) gets the queries as they are (its own
+    caches are its business); the bundled retrievers get the texts with a trailing space and
+    ids ``__warmup_<i>``, so that no cache of the run's queries (dense's text cache) is filled
+    by them and the timed pass encodes exactly as an untimed one would. A warm-up that fails is
+    an info line (the timed pass then meets the failure itself, and says it)."""
+    n = min(n, len(query_ids))
+    if not n:
+        return 0
+    real = getattr(retriever, "warmup_real_queries", False)
+    ids = list(query_ids[:n]) if real else [f"__warmup_{i}" for i in range(n)]
+    texts = list(query_texts[:n]) if real else [f"{t} " for t in query_texts[:n]]
+    try:
+        retriever.search(ids, texts, depth)
+    except Exception as err:  # noqa: BLE001 - the timed pass reports any real failure
+        log.info("cost: the warm-up of %d queries failed (%s: %s); timing without it", n, type(err).__name__, err)
+        return 0
+    return n
 
 
 def summary(latencies_ms: np.ndarray, n_queries: int, walls_s: Sequence[float], mode: str) -> dict[str, Any]:

@@ -149,6 +149,8 @@ class ExternalRetriever:
     name = "external"
     batched = False
     batch_size = 64
+    #: retrievers.cost warms user code up on the first real queries (their results dropped)
+    warmup_real_queries = True
 
     def __init__(self, concurrency: int = 4, on_error: str = "fail", on_unknown: str = "warn",
                  doc_id_key: str | None = None, fold: str = "maxp", chunk_key: str = "chunk",

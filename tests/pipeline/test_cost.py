@@ -75,6 +75,25 @@ def test_a_batch_is_timed_around_the_call_and_shared_per_query_after_a_warmup():
     assert built["index_build_s"] >= 0.01 and built["index_memory_mb"] == 3.0
 
 
+def test_user_code_warms_up_on_real_queries_and_a_failed_warmup_is_not_fatal():
+    class UserCode(Sleeper):
+        warmup_real_queries = True
+
+        def search(self, query_ids, query_texts, depth):
+            if len(self.calls) == 0 and query_texts[0] != "t0":
+                raise KeyError(query_texts[0])
+            return super().search(query_ids, query_texts, depth)
+
+    retriever = UserCode(per_query=0.0)
+    ids = [f"q{i}" for i in range(6)]
+    texts = [f"t{i}" for i in range(6)]
+    _, info = cost.measured_search(retriever, ids, texts, 3, cost.CostSettings(warmup=2))
+    assert retriever.calls == [ids[:2], ids] and info["warmup"] == 2
+    bundled = Sleeper(per_query=0.0)
+    bundled.search = lambda *args: (_ for _ in ()).throw(KeyError("no"))  # every search fails
+    assert cost.warm_up(bundled, ids, texts, 3, 2) == 0
+
+
 def test_a_retriever_that_retrieves_nothing_is_not_measured_and_says_so():
     retriever = Sleeper(measured=False)
     _, info = cost.measured_search(retriever, ["q"], ["t"], 3, cost.CostSettings())
