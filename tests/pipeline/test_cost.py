@@ -190,3 +190,11 @@ def test_a_job_logs_its_cost_as_mlflow_metrics_and_tags_apart_from_quality(tmp_p
     assert logged.tags["cost.machine.cores"].isdigit()
     columns = headline_columns("ndcg_at_10")
     assert columns.index("metrics.`latency_p95_ms`") == columns.index("metrics.`ndcg_at_10_ci_high`") + 1
+
+
+def test_a_damaged_cost_metric_in_a_record_names_its_key(tmp_path):
+    from pipeline.io import results as res
+
+    record = {"metrics": {}, "curves": {}, "params": {}, "tags": {}, "cost": {"metrics": {"latency_p50_ms": "x"}}}
+    with pytest.raises(InputError, match="cost metrics key 'latency_p50_ms' is not a number"):
+        res.check_numbers(record, tmp_path / "record.json")
