@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import metrics, stats, tracking
 from pipeline.errors import InputError
+from retrievers.cost import CostSettings
 
 
 class Gain(Enum):
@@ -60,6 +61,15 @@ class CompareConfig:
 
 
 @dataclass
+class CostConfig:
+    """How a job measures retrieval cost (docs/metrics.md, "Cost"; ``retrievers.cost``)."""
+
+    enabled: bool = True  # false: no timing, no cost keys
+    warmup: int = 5  # queries searched untimed before the timed pass
+    repeat: int = 1  # timed passes (latencies pooled; the ranking is the first pass's)
+
+
+@dataclass
 class PipelineConfig:
     dataset: Any = None
     retriever: Any = None
@@ -69,6 +79,7 @@ class PipelineConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     k: int = 10  # the cut-off the run is about (context size)
     k_max: int = 20  # every metric is computed for K = 1..k_max (curves)
     gain: Gain = Gain.exp  # nDCG / DCG / context utility gain: 2^rel - 1 or rel
@@ -117,6 +128,7 @@ class Settings:
     attention: DictConfig
     chunker: DictConfig | None
     config: DictConfig  # the whole composed config, credentials hidden (written as config.yaml, logged as params)
+    cost: CostSettings = CostSettings()  # the ``cost:`` block: warm-up, repeats (retrievers.cost)
 
     @classmethod
     def of(cls, cfg: DictConfig) -> "Settings":
@@ -136,7 +148,7 @@ class Settings:
             run_name=None if track.get("run_name") is None else tracking.redact(str(track.run_name)),
             log_per_query_table=bool(track.get("log_per_query_table", True)),
             dataset=cfg.dataset, retriever=cfg.retriever, reorder=cfg.reorder, attention=cfg.attention,
-            chunker=cfg.get("chunker"), config=redacted(cfg))
+            chunker=cfg.get("chunker"), config=redacted(cfg), cost=cost_settings(cfg))
 
 
 def check(cfg: DictConfig) -> None:
@@ -174,6 +186,16 @@ def check(cfg: DictConfig) -> None:
     if budget_key is not None and budget_key not in logged:
         raise InputError(f"objective {cfg.objective!r} needs the budget {budget_key} among those the run logs "
                          f"(budgets={sorted(logged)}): add it to budgets=[...]")
+
+
+def cost_settings(cfg: DictConfig) -> CostSettings:
+    """The ``cost:`` block as :class:`~retrievers.cost.CostSettings`; a bad value is InputError."""
+    node = cfg.get("cost") or {}
+    try:
+        return CostSettings(enabled=bool(node.get("enabled", True)), warmup=int(node.get("warmup", 5)),
+                            repeat=int(node.get("repeat", 1)))
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 _NUMBERS = {int: (int,), float: (int, float), bool: (bool,)}

@@ -35,6 +35,7 @@ from pipeline.errors import InputError, Interrupted
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.metrics import FULL_DEPTH, metric_key
+from retrievers.cost import describe as describe_cost
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,11 @@ def _record(settings: Settings, ctx: JobContext, collection: Collection, retriev
                     **retrieved.report},  # e.g. chroma_recall_at_k, external_failed_queries, run_unknown_docs
         "curves": {f"curve/{family}": values.tolist() for family, values in scores.curves.items()},
         **({"stepped": scores.stepped} if scores.stepped else {}),  # budget curves, step = B tokens
-        "tags": {**_tags(ctx, names, retrieved.cache_hit, sweep), "judged_only": str(settings.judged_only).lower()},
+        "tags": {**_tags(ctx, names, retrieved.cache_hit, sweep), "judged_only": str(settings.judged_only).lower(),
+                 **cost_tags(retrieved.cost)},
+        # Cost metrics (latency, throughput, index): logged as MLflow metrics, kept apart from the
+        # quality metrics above so that no comparison or sweep treats them as one (retrievers.cost).
+        **({"cost": retrieved.cost} if retrieved.cost else {}),
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
         "table_columns": stages.per_query_columns(scores.ev, settings.k) if settings.log_per_query_table else None,
         "start_time_ms": int(started_at * 1000),
@@ -168,6 +173,19 @@ def _record(settings: Settings, ctx: JobContext, collection: Collection, retriev
         "sweep": sweep,
         "tracking": None if settings.store is None else settings.store.as_dict(),
     }
+
+
+def cost_tags(cost: dict[str, Any]) -> dict[str, str]:
+    """The run's tags of its cost summary: where the latency comes from (``measured``,
+    ``cache``, ``not measured``), how (``per_query``, ``batch_share``) and the machine."""
+    if not cost:
+        return {}
+    tags = {"cost.latency_source": str(cost.get("latency_source", ""))}
+    if cost.get("latency_mode"):
+        tags["cost.latency_mode"] = str(cost["latency_mode"])
+    for key, value in (cost.get("machine") or {}).items():
+        tags[f"cost.machine.{key}"] = str(value)
+    return tags
 
 
 def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
@@ -263,6 +281,8 @@ def _print_summary(run_name: str, collection: Collection, settings: Settings, me
     if warning := tracking.coverage_warning(metrics, params, k):  # on the console once (here), in pipeline.log too
         lines.append(warning)
         console.to_log_file(warning, name=__name__, level=logging.WARNING)
+    if line := describe_cost(retrieved.cost):
+        lines.append(f"  {line}")
     lines.append(f"results: {results}")
     print("\n".join(lines))
 

@@ -33,6 +33,7 @@ from pipeline.metrics import (BUDGET_FAMILIES, CURVES, UNJUDGED, Evaluation, Qre
                               grade_matrix, ideal_matrix, metric_key, report_ks, unevaluable)
 from pipeline.io import drilldown
 from retrievers.base import Ranking, load_or_compute_ranking
+from retrievers.cost import CACHED, NOT_MEASURED, measured_index, measured_search
 
 log = logging.getLogger(__name__)
 
@@ -125,36 +126,60 @@ class Retrieved:
     """The document ranking that is scored, the ranking that is placed (the chunks' for a
     chunked run, else the same), whether the ranking came from the cache, and the retriever's
     own numbers when it computed the ranking (its ``report``: e.g. Chroma's recall against
-    exact search, the user retriever's failed queries; logged as metrics of the run)."""
+    exact search, the user retriever's failed queries; logged as metrics of the run), and what
+    retrieval cost (``retrievers.cost``: latency, throughput, index build and size, the machine;
+    from the cache entry on a hit, ``latency_source: cache``; empty with ``cost.enabled=false``)."""
 
     ranking: Ranking
     placed_from: Ranking
     cache_hit: bool
     report: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)
 
 
 def retrieve(settings: Settings, collection: Collection, depth: int,
-             report: dict[str, float] | None = None) -> tuple[Ranking, bool]:
+             report: dict[str, float] | None = None, cost: dict[str, Any] | None = None) -> tuple[Ranking, bool]:
     """The retriever's Ranking of ``collection`` at ``depth``, from the on-disk cache when it
     has one. ``report`` receives the numeric entries of the retriever's ``report`` when the
-    ranking was computed (a cache hit computes nothing to report)."""
+    ranking was computed (a cache hit computes nothing to report); ``cost`` the cost summary
+    (``retrievers.cost``), measured, or kept with the cached ranking when it was computed."""
     retriever = computing(lambda: instantiate(settings.retriever))
     key = {"collection": collection.digest, "retriever": retriever.cache_key(), "depth": depth}
+    kept: dict[str, Any] = {}
 
     def compute() -> Ranking:
-        retriever.index(collection.doc_ids, collection.doc_texts)
-        ranking = retriever.search(collection.query_ids, collection.query_texts, depth)
+        if not settings.cost.enabled:
+            retriever.index(collection.doc_ids, collection.doc_texts)
+            ranking = retriever.search(collection.query_ids, collection.query_texts, depth)
+        else:
+            built = measured_index(retriever, collection.doc_ids, collection.doc_texts)
+            ranking, kept["cost"] = measured_search(retriever, collection.query_ids, collection.query_texts, depth,
+                                                    settings.cost)
+            kept["cost"]["metrics"] = {**kept["cost"].get("metrics", {}), **built}
         if report is not None:
             report.update({name: float(value) for name, value in (getattr(retriever, "report", None) or {}).items()
                            if isinstance(value, (int, float)) and not isinstance(value, bool)})
         return ranking
 
     # A cache_key() of None: never cached (the user's own retriever without retriever.version).
-    return load_or_compute_ranking(
+    ranking, hit = load_or_compute_ranking(
         None if key["retriever"] is None else settings.cache_dir, key, compute,
         reuse_deeper=getattr(retriever, "prefix_stable", False),
-        n_queries=collection.n_queries, n_docs=collection.n_docs,
+        n_queries=collection.n_queries, n_docs=collection.n_docs, extra=kept,
     )
+    if cost is not None and settings.cost.enabled:
+        cost.update(cached_cost(kept.get("cost")) if hit else kept.get("cost", {}))
+    return ranking, hit
+
+
+def cached_cost(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """The cost summary of a cached ranking: as measured when it was computed, marked
+    ``latency_source: cache``; an entry written before cost metrics has none (``not measured``)."""
+    if not stored:
+        return {"latency_source": NOT_MEASURED, "note": "the cached ranking predates cost metrics"}
+    if stored.get("latency_source") == NOT_MEASURED:
+        return dict(stored)
+    return {**stored, "latency_source": CACHED}
 
 
 def check_evaluable(settings: Settings, collection: Collection) -> None:
@@ -188,12 +213,13 @@ def retrieve_documents(settings: Settings, collection: Collection, stage: chunke
     check_cutoffs(settings, collection)
     depth = min(max(settings.k, settings.k_max), collection.n_docs)
     report: dict[str, float] = {}
+    cost: dict[str, Any] = {}
     if stage is None:
-        ranking, hit = retrieve(settings, collection, depth, report)
-        return Retrieved(ranking, ranking, hit, report)
-    chunk_ranking, hit = retrieve(settings, stage.collection, stage.depth(depth), report)
+        ranking, hit = retrieve(settings, collection, depth, report, cost)
+        return Retrieved(ranking, ranking, hit, report, cost)
+    chunk_ranking, hit = retrieve(settings, stage.collection, stage.depth(depth), report, cost)
     folded = computing(lambda: chunkers.fold_ranking(stage, chunk_ranking.doc_idx, chunk_ranking.scores, depth))
-    return Retrieved(Ranking(*folded), chunk_ranking, hit, report)
+    return Retrieved(Ranking(*folded), chunk_ranking, hit, report, cost)
 
 
 # --------------------------------------------------------------------------- place
@@ -354,6 +380,8 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
         "curves": {name: values.tolist() for name, values in scores.curves.items()},
         "collection": {"name": collection.name, "digest": collection.digest, "source": collection.source,
                        "n_docs": collection.n_docs, "n_queries": collection.n_queries, "report": collection.report},
+        # latency, throughput, index build and size, the machine (retrievers.cost; docs/metrics.md "Cost")
+        **({"cost": retrieved.cost} if retrieved.cost else {}),
     })
     # First: it refuses ids a TREC file cannot hold (a lone surrogate) with one line naming the id.
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)

@@ -97,14 +97,15 @@ def rows_to_ranking(query: NDArray[np.integer], doc: NDArray[np.integer], scores
 
 def load_or_compute_ranking(cache_dir: str | Path | None, key: Mapping[str, Any], compute: Callable[[], Ranking], *,
                             reuse_deeper: bool = False, n_queries: int | None = None,
-                            n_docs: int | None = None) -> tuple[Ranking, bool]:
+                            n_docs: int | None = None, extra: dict[str, Any] | None = None) -> tuple[Ranking, bool]:
     """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
 
     ``pipeline.io.cache.load_or_compute_ranking_arrays`` with Rankings: ``key`` holds the
     collection digest, the retriever's ``cache_key()`` and the ``depth``; ``reuse_deeper``
     lets a deeper cached ranking of a ``prefix_stable`` retriever serve the request;
     ``n_queries`` and ``n_docs`` (the collection's) let a cached entry be checked against
-    them (rows, index range) besides its content hashes; ``cache_dir=None`` disables caching.
+    them (rows, index range) besides its content hashes; ``cache_dir=None`` disables caching;
+    ``extra`` is kept with the entry (filled by ``compute`` on a miss, from the entry on a hit).
     """
     computed: list[Ranking] = []
 
@@ -113,7 +114,7 @@ def load_or_compute_ranking(cache_dir: str | Path | None, key: Mapping[str, Any]
         return computed[0].doc_idx, computed[0].scores
 
     (doc_idx, scores), hit = load_or_compute_ranking_arrays(cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper,
-                                                            n_queries=n_queries, n_docs=n_docs)
+                                                            n_queries=n_queries, n_docs=n_docs, extra=extra)
     return (computed[0] if computed else Ranking(doc_idx, scores)), hit
 
 

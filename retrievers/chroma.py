@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from pipeline.errors import InputError
 from pipeline.io.progress import Progress
 from retrievers.base import Ranking
+from retrievers.cost import folder_bytes
 from retrievers.external import BadResult, ExternalRetriever, Hit, as_id, as_score, check_choice
 
 log = logging.getLogger(__name__)
@@ -204,8 +205,16 @@ class ChromaRetriever(ExternalRetriever):
         self._query_emb: NDArray[np.float32] | None = None
         self._found: dict[str, list[str]] = {}  # query text -> Chroma's ids, as returned (for the recall)
 
+    #: retrievers.cost: the warm-up must not fill the query text cache (``DenseRetriever``'s rule)
+    warmup_real_queries = False
+
     def place(self) -> str:
         return where(self.path, self.host, self.port)
+
+    def index_size(self) -> dict[str, int]:
+        """Bytes of the persistent Chroma folder on disk (``retrievers.cost``); a server's
+        collection: unknown here (nothing)."""
+        return {} if self.path is None or not Path(self.path).is_dir() else {"disk_bytes": folder_bytes(self.path)}
 
     def identity(self) -> dict[str, Any]:
         encoder = self.encoder_settings() if self._dense is not None else None

@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -148,6 +149,8 @@ class ExternalRetriever:
     name = "external"
     batched = False
     batch_size = 64
+    #: retrievers.cost warms user code up on the first real queries (their results dropped)
+    warmup_real_queries = True
 
     def __init__(self, concurrency: int = 4, on_error: str = "fail", on_unknown: str = "warn",
                  doc_id_key: str | None = None, fold: str = "maxp", chunk_key: str = "chunk",
@@ -171,6 +174,8 @@ class ExternalRetriever:
             raise ValueError(f"timeout_s must be a number of seconds >= 0 (0 or null: no limit), got {timeout_s!r}")
         self.timeout_s = float(timeout_s) if timeout_s else None
         self.report: dict[str, Any] = {}
+        self.latencies_ms: np.ndarray | None = None  # per query, of the last search (retrievers.cost)
+        self.latency_mode = "per_query"
         self._doc_index: pd.Index | None = None
         self._said_no_cache = False
 
@@ -250,15 +255,22 @@ class ExternalRetriever:
         failed: list[str] = []
         units = ([list(range(s, min(s + self.batch_size, n))) for s in range(0, n, self.batch_size)] if self.batched
                  else [[i] for i in range(n)])
+        # Each call timed around the user's code and the adapter's own work (checking the hits):
+        # a query's latency, or a batch's per-query share; NaN for a call that failed.
+        latencies = np.full(n, np.nan)
 
         def work(rows: list[int]) -> list[Checked]:
+            start = time.perf_counter()
             if self.batched:
                 found = self.query_batch([texts[i] for i in rows], k)
                 if not isinstance(found, list) or len(found) != len(rows):
                     got = len(found) if isinstance(found, list) else type(found).__name__
                     raise BadResult(f"a batch of {len(rows)} queries gave {got} result lists")
-                return [self.check(hits) for hits in found]
-            return [self.check(self.query(texts[rows[0]], k))]
+                checked = [self.check(hits) for hits in found]
+            else:
+                checked = [self.check(self.query(texts[rows[0]], k))]
+            latencies[rows] = 1000 * (time.perf_counter() - start) / len(rows)
+            return checked
 
         bar = self.progress(n)
         workers = 1 if self.batched else self.concurrency
@@ -271,6 +283,8 @@ class ExternalRetriever:
         finally:
             if bar is not None:
                 bar.close()
+        self.latencies_ms = latencies  # retrievers.cost reads them (per_query, or batch_share when batched)
+        self.latency_mode = "batch_share" if self.batched else "per_query"
         return out, failed
 
     def collect(self, units: list[list[int]], results: Any, query_ids: list[str], out: list[Checked | None],

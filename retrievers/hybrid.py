@@ -139,6 +139,18 @@ class HybridRetriever:
     def index(self, doc_ids: Sequence[str], doc_texts: Sequence[str]) -> None:
         self.first.index(doc_ids, doc_texts)
         self.second.index(doc_ids, doc_texts)
+        reports = [getattr(r, "encode_report", None) or {} for r in (self.first, self.second)]
+        self.encode_report = {"passages": sum(r.get("passages", 0) for r in reports),
+                              "seconds": sum(r.get("seconds", 0.0) for r in reports)}
+
+    def index_size(self) -> dict[str, int]:
+        """Both retrievers' index sizes, summed (``retrievers.cost``)."""
+        out: dict[str, int] = {}
+        for part in (self.first, self.second):
+            size = part.index_size() if callable(getattr(part, "index_size", None)) else {}
+            for key, value in size.items():
+                out[key] = out.get(key, 0) + int(value)
+        return out
 
     def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
         n_cand = max(self.candidate_depth, depth)

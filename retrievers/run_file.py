@@ -60,6 +60,8 @@ class RunFileRetriever:
     """
 
     prefix_stable = True
+    #: retrievers.cost: a run file's ranking was computed elsewhere: no latency to measure here
+    latency_measured = False
 
     def __init__(self, path: str | Path, tie_break: str = "doc_index"):
         self.tie_break = tie_break_rule(tie_break)

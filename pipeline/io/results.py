@@ -129,12 +129,13 @@ def check_numbers(record: dict[str, Any], path: Path) -> None:
     """InputError naming the key when a metric, a curve point or a stepped value of the
     record is not a number (a hand-edited or damaged record): logging it would fail half-way
     with a message that names neither the file nor the key."""
-    parts = [("metrics", record["metrics"]), ("curves", record["curves"]), ("stepped", record.get("stepped") or {})]
+    parts = [("metrics", record["metrics"]), ("curves", record["curves"]), ("stepped", record.get("stepped") or {}),
+             ("cost metrics", (record.get("cost") or {}).get("metrics") or {})]  # logged as metrics too
     for part, values in parts:
         if not isinstance(values, dict):
             raise InputError(f"{part} is not a mapping of names to numbers", path)
         for key, value in values.items():
-            if part == "metrics":
+            if part in ("metrics", "cost metrics"):
                 points = [value]
             elif part == "curves":
                 points = value if isinstance(value, list) else [value]

@@ -328,7 +328,8 @@ def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
     return RunRecord(
         experiment=record["experiment"], run_name=redact(record["run_name"]),
         params={key: redact(value) for key, value in shown_params(record).items()},
-        metrics=with_job_k(record["metrics"], record.get("k")), curves=record["curves"], stepped=record.get("stepped"),
+        metrics=with_job_k({**record["metrics"], **((record.get("cost") or {}).get("metrics") or {})}, record.get("k")),
+        curves=record["curves"], stepped=record.get("stepped"),
         tags={TAG_NOTE: redact(run_description(record, results))[:8000],
               **{key: redact(value) for key, value in record["tags"].items()}, TAG_JOB_KEY: record["job_key"]},
         artifacts_dir=results, dataset=record["dataset"], table=table, start_time_ms=record["start_time_ms"],

@@ -11,7 +11,8 @@ button writes the same tag; ``mlflow/server/js/build``: ``sharedViewState``,
 experiment a job logs to, and ``store.ui_url`` (every link a command prints) names it.
 
 The columns, those that answer the question first: the objective of the runs logged (the
-latest), ``recall_at_k`` and ``mrr``, the objective's 95% CI, ``context_utility_at_k``
+latest), ``recall_at_k`` and ``mrr``, the objective's 95% CI, ``latency_p95_ms`` (the p95
+per-query retrieval latency), ``context_utility_at_k``
 (``pipeline.tracking.log`` logs the ``_at_k`` values at each run's own k, so runs with
 different k share one column), then ``k`` and the dataset (name and content digest: runs
 scored with other judgments or data differ there), then the objectives of earlier runs. The
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 #: Headline metrics right after the objective, before its CI; ``_at_k``: the value at the run's own k.
 ANSWERS = ("recall_at_k", "mrr")
-#: Headline metrics after the objective's CI.
-MORE = ("context_utility_at_k",)
+#: Headline metrics after the objective's CI: the p95 retrieval latency first (cost next to
+#: quality: ``retrievers.cost``), then context utility at the run's k.
+MORE = ("latency_p95_ms", "context_utility_at_k")
 #: The columns after the headline: the run's k and the dataset input (name and digest).
 CONTEXT = ("params.`k`", "attributes.`Dataset`")
 #: At most this many columns (objectives of earlier runs are dropped first, oldest first).
@@ -52,7 +54,7 @@ def column(kind: str, key: str) -> str:
 
 def headline_columns(objective: str) -> list[str]:
     """The metric columns of a run whose objective is ``objective``: it, recall_at_k and mrr,
-    its CI, context_utility_at_k."""
+    its CI, latency_p95_ms, context_utility_at_k."""
     keys = [objective, *ANSWERS, f"{objective}_ci_low", f"{objective}_ci_high", *MORE]
     return [column("metrics", key) for key in dict.fromkeys(keys)]
 

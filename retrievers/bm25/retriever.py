@@ -31,6 +31,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from pipeline.io.progress import Progress
+from retrievers.cost import array_bytes
 from retrievers.base import Ranking, top_k, top_of_row
 from retrievers.bm25.analysis import STOP_TERM, TOKEN_PATTERN, UNKNOWN_TERM, Analyzer
 from retrievers.bm25.index import VARIANTS, WITH_DELTA, BM25Weights, Spill, tokenize_corpus, weigh
@@ -79,6 +80,16 @@ class BM25Retriever:
     def n_docs(self) -> int:
         """Documents in the index (0 before index())."""
         return 0 if self.weights is None else self.weights.n_docs
+
+    def index_size(self) -> dict[str, int]:
+        """Bytes of the index in memory (``retrievers.cost``): the weight matrix, the
+        vocabulary's buffers and the BM25L/+ extras; nothing on disk."""
+        w = self.weights
+        if w is None:
+            return {}
+        vocab = w.vocabulary
+        return {"memory_bytes": array_bytes(w.matrix, w.absent, w.presence, getattr(vocab, "_blob", None),
+                                            getattr(vocab, "_offsets", None), getattr(vocab, "_ids", None))}
 
     def cache_key(self) -> dict[str, Any]:
         stop = self.analyzer.stopwords_name

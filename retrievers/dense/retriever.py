@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from numpy.typing import NDArray
 from pipeline.io.cache import TextEmbeddingStore, load_or_compute_array, text_hashes, texts_digest
 from pipeline.io.progress import Progress, announce_termination
 from retrievers.base import Ranking, padded, top_k
+from retrievers.cost import array_bytes, faiss_bytes
 from retrievers.dense import model as dense_model
 from retrievers.dense.model import (BACKENDS, Encoder, default_model_path, encode_texts, load_encoder, model_identity,
                                     resolve_model)
@@ -391,7 +393,21 @@ class DenseRetriever:
         if len(doc_ids) != len(doc_texts):
             raise ValueError(f"{len(doc_ids)} document ids for {len(doc_texts)} texts")
         self._doc_source = (doc_ids, doc_texts)
-        self.index_embeddings(self.cached_embeddings("docs", doc_ids, doc_texts, self.doc_prefix))
+        start = time.perf_counter()
+        embeddings = self.cached_embeddings("docs", doc_ids, doc_texts, self.doc_prefix)
+        encoded = 0 if self.last_cache_hits.get("docs") else self.text_cache_stats.get("docs", {}).get(
+            "encoded", len(doc_texts))
+        # retrievers.cost: encode_s, encode_passages_per_s (texts encoded, not read from a cache)
+        self.encode_report = {"passages": encoded, "seconds": time.perf_counter() - start}
+        self.index_embeddings(embeddings)
+
+    def index_size(self) -> dict[str, int]:
+        """Bytes of the index in memory (``retrievers.cost``): the document matrix, and the
+        faiss index (its own copy of the vectors, and HNSW's graph) when there is one."""
+        if self.doc_embeddings is None:
+            return {}
+        return {"memory_bytes": array_bytes(self.doc_embeddings)
+                + (0 if self.faiss_index is None else faiss_bytes(self.faiss_index))}
 
     def index_embeddings(self, doc_embeddings: NDArray[np.float32]) -> None:
         """Search ``doc_embeddings`` from now on (the faiss index, if any, built over them)."""

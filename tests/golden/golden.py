@@ -69,6 +69,10 @@ _VOLATILE_TAGS = {"git_commit", "mlflow.source.git.commit", "hydra_overrides", "
                   "mlflow.note.content", "mlflow.loggedArtifacts", "job_key", "mlflow.parentRunId",
                   "mlflow.source.name", "mlflow.source.type", "mlflow.user", "mlflow.source.git.repoURL",
                   "best_run_id"}
+#: Cost metrics measured in time (issue 36, ``retrievers.cost``): they vary run to run like
+#: ``time_*_s``; the index sizes and the cost tags that are not the machine's stay compared.
+_TIME_VALUED = re.compile(r"^(time_.*_s|latency_(p\d+|mean)_ms(_ci_(low|high))?|throughput_qps|index_build_s"
+                          r"|encode_s|encode_passages_per_s)$")
 TOLERANCE = 1e-12
 
 
@@ -124,7 +128,7 @@ def _scrub(value: Any, root: Path, drop: frozenset[str] | set[str] = frozenset()
 
 
 def _no_timings(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if not (k.startswith("time_") and k.endswith("_s"))}
+    return {k: v for k, v in metrics.items() if not _TIME_VALUED.match(k)}
 
 
 def _params(params: dict[str, str]) -> dict[str, str]:
@@ -132,7 +136,7 @@ def _params(params: dict[str, str]) -> dict[str, str]:
 
 
 def _tags(tags: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in tags.items() if k not in _VOLATILE_TAGS}
+    return {k: v for k, v in tags.items() if k not in _VOLATILE_TAGS and not k.startswith("cost.machine.")}
 
 
 def _record(results: Path, root: Path) -> dict[str, Any]:

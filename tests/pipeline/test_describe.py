@@ -116,6 +116,7 @@ def test_the_view_shows_the_objective_its_ci_and_the_headline_sorted_best_first(
     assert state["selectedColumns"] == [
         "metrics.`context_utility_at_10`", "metrics.`recall_at_k`", "metrics.`mrr`",
         "metrics.`context_utility_at_10_ci_low`", "metrics.`context_utility_at_10_ci_high`",
+        "metrics.`latency_p95_ms`",  # issue 36: cost next to quality
         "metrics.`context_utility_at_k`", "params.`k`", "attributes.`Dataset`"]
     assert state["columnOrder"] == state["selectedColumns"]
     assert state["orderByKey"] == "metrics.`context_utility_at_10`" and state["orderByAsc"] is False
@@ -130,7 +131,7 @@ def test_the_view_shows_the_objective_its_ci_and_the_headline_sorted_best_first(
     later = json.loads(view.view_state("ndcg_at_10", json.dumps(state)))
     assert later["selectedColumns"][:5] == ["metrics.`ndcg_at_10`", "metrics.`recall_at_k`", "metrics.`mrr`",
                                             "metrics.`ndcg_at_10_ci_low`", "metrics.`ndcg_at_10_ci_high`"]
-    assert later["selectedColumns"][8:] == ["metrics.`context_utility_at_10`", "metrics.`context_utility_at_10_ci_low`",
+    assert later["selectedColumns"][9:] == ["metrics.`context_utility_at_10`", "metrics.`context_utility_at_10_ci_low`",
                                             "metrics.`context_utility_at_10_ci_high`"]
     assert json.loads(view.view_state("mrr", "{not json"))["selectedColumns"][:3] == [
         "metrics.`mrr`", "metrics.`recall_at_k`", "metrics.`mrr_ci_low`"]

@@ -176,3 +176,13 @@ def sample_bm25(query_text: str, k: int) -> list[tuple[str, float]]:
     bm25, ids = _BM25[0]
     ranking = bm25.search(["q"], [query_text], k)
     return [(ids[d], float(s)) for d, s in zip(ranking.doc_idx[0], ranking.scores[0]) if d >= 0]
+
+
+#: How long :func:`sleepy_bm25` sleeps per call (the cost test checks the measured p50 against it).
+SLEEP_S = 0.02
+
+
+def sleepy_bm25(query_text: str, k: int) -> list[tuple[str, float]]:
+    """:func:`sample_bm25` after sleeping :data:`SLEEP_S`: a retriever of known latency."""
+    time.sleep(SLEEP_S)
+    return sample_bm25(query_text, k)

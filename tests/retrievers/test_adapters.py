@@ -8,6 +8,7 @@ every bad input, on a four-document corpus and scripted results (adapters_fixtur
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -262,3 +263,30 @@ def test_a_job_caches_under_a_version_only(tmp_path):
     assert failing.returncode == 2
     last = failing.stderr.strip().splitlines()[-1]
     assert last.startswith("error: retriever=python: query '") and "KeyError" in last, failing.stderr
+
+
+@pytest.mark.slow
+def test_a_sleeping_retriever_has_its_sleep_as_p50_and_a_cached_rerun_reports_it(tmp_path):
+    """Issue 36: latency is measured around each call of the user's code (20 ms of sleep per
+    query, one query at a time): p50 within 20% of it, per query; a rerun that reads the cached
+    ranking reports the latency stored with it, marked as from the cache, never 0."""
+    sleepy = ["retriever=python", "retriever.target=adapters_fixtures:sleepy_bm25", "retriever.concurrency=1",
+              "retriever.version=v1"]
+    first, second = (pipeline_job(tmp_path, *sleepy, f"hydra.run.dir={tmp_path / name}") for name in ("a", "b"))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    measured, cached = (json.loads((tmp_path / name / "results" / "metrics.json").read_text())["cost"]
+                        for name in ("a", "b"))
+    assert measured["latency_source"] == "measured" and measured["latency_mode"] == "per_query"
+    assert measured["metrics"]["latency_p50_ms"] == pytest.approx(1000 * adapters_fixtures.SLEEP_S, rel=0.2)
+    assert measured["timed_queries"] == 52 and measured["warmup"] == 5
+    # 52 calls one after another: at most one query per sleep
+    assert measured["metrics"]["throughput_qps"] < 1 / adapters_fixtures.SLEEP_S
+    low, p95, high = (measured["metrics"][f"latency_p95_ms{tail}"] for tail in ("_ci_low", "", "_ci_high"))
+    assert low <= p95 <= high
+    assert "ranking cache hit" in second.stdout
+    assert cached["latency_source"] == "cache" and cached["metrics"] == measured["metrics"]
+    assert "(measured when the cached ranking was computed)" in second.stdout
+    record = json.loads((tmp_path / "b" / "results" / "record.json").read_text())
+    assert record["tags"]["cost.latency_source"] == "cache"
+    assert record["cost"]["metrics"]["latency_p50_ms"] == measured["metrics"]["latency_p50_ms"] > 0
+    assert "latency_p50_ms" not in record["metrics"]  # cost is never a quality metric (comparisons, sweeps)

@@ -125,9 +125,10 @@ def ranking_problem(doc_idx: NDArray, scores: NDArray, n_docs: int | None = None
 
 
 def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any, n_queries: int | None,
-                  n_docs: int | None) -> RankingArrays | None:
+                  n_docs: int | None, extra: dict[str, Any] | None = None) -> RankingArrays | None:
     """The entry of depth ``depth``, verified; None (with a warning or info line, the entry
-    discarded when it is damaged) when it cannot be used."""
+    discarded when it is damaged) when it cannot be used. ``extra`` receives what the entry
+    stored with the ranking (its ``extra``: e.g. the latency measured when it was computed)."""
     meta, idx_path, score_path = _ranking_paths(folder, base, depth)
     with _unusable_discarded(meta, "cache entry", "recomputing"):
         stored = read_meta(meta)
@@ -151,19 +152,22 @@ def _read_ranking(folder: Path, base: str, depth: int, key_rest: Any, n_queries:
         problem = ranking_problem(doc_idx, scores, n_docs if n_docs is not None else stored_docs)
         if problem:
             raise DamagedEntry(idx_path, problem)
+        if extra is not None and isinstance(stored.get("extra"), dict):
+            extra.update(stored["extra"])
         return doc_idx, scores
     return None
 
 
 def _cached_ranking(folder: Path, base: str, depth: int, key_rest: Any, reuse_deeper: bool,
-                    n_queries: int | None, n_docs: int | None) -> RankingArrays | None:
+                    n_queries: int | None, n_docs: int | None,
+                    extra: dict[str, Any] | None = None) -> RankingArrays | None:
     """The first usable entry of depth ``depth`` (or, with ``reuse_deeper``, more), cut to
     ``depth`` columns; None when there is none."""
     if not folder.is_dir():
         return None
     candidates = [d for d in _cached_depths(folder, base) if d == depth or (reuse_deeper and d > depth)]
     for cached_depth in candidates:  # smallest first: the least to read
-        found = _read_ranking(folder, base, cached_depth, key_rest, n_queries, n_docs)
+        found = _read_ranking(folder, base, cached_depth, key_rest, n_queries, n_docs, extra)
         if found is not None:
             log.debug("ranking cache hit (depth %d for %d)", cached_depth, depth)
             if cached_depth == depth:
@@ -174,7 +178,8 @@ def _cached_ranking(folder: Path, base: str, depth: int, key_rest: Any, reuse_de
 
 
 def _store_ranking(cache_dir: str | Path, folder: Path, base: str, depth: int, rest: Mapping[str, Any],
-                   computed: RankingArrays, n_queries: int | None, n_docs: int | None) -> None:
+                   computed: RankingArrays, n_queries: int | None, n_docs: int | None,
+                   extra: Mapping[str, Any] | None = None) -> None:
     """Write a computed ranking as the entry of ``depth``, unless it fails the checks a
     cached one must pass (then a warning, and nothing is written)."""
     doc_idx, scores = computed
@@ -194,6 +199,8 @@ def _store_ranking(cache_dir: str | Path, folder: Path, base: str, depth: int, r
               "hash": {"doc_idx": content_hash(idx64), "scores": content_hash(scores_out)}}
     if dtype == np.float64:  # (float32 entries stay as they were written before: no new key)
         record["scores_dtype"] = "float64"
+    if extra:  # what the caller keeps with the ranking (the latency measured computing it)
+        record["extra"] = dict(extra)
     if write_entry(cache_dir, [(idx_path, lambda: save_array(idx_path, idx64)),
                                (score_path, lambda: save_array(score_path, scores_out)),
                                (meta, lambda: save_json(meta, record))]):
@@ -203,6 +210,7 @@ def _store_ranking(cache_dir: str | Path, folder: Path, base: str, depth: int, r
 def load_or_compute_ranking_arrays(
     cache_dir: str | Path | None, key: Mapping[str, Any], compute: Callable[[], RankingArrays], *,
     reuse_deeper: bool = False, n_queries: int | None = None, n_docs: int | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[RankingArrays, bool]:
     """The ranking arrays (doc_idx, scores) cached under ``key``, or ``compute()``'s stored
     there (as int64, and float32 or float64 as computed). Returns ((doc_idx, scores), hit); both are [n_queries, depth].
@@ -216,6 +224,10 @@ def load_or_compute_ranking_arrays(
     candidates depend on the depth asked). ``n_queries`` and ``n_docs`` (the collection's,
     where the caller knows them) are checked against a cached entry along with its content
     hashes. ``cache_dir=None`` disables caching.
+
+    ``extra``: a JSON-able dict kept with the entry. On a miss, whatever it holds after
+    ``compute()`` returns (the caller fills it while computing) is written into the entry's
+    JSON; on a hit it is filled with what the entry kept (nothing for entries written without).
     """
     if cache_dir is None:
         return compute(), False
@@ -225,11 +237,11 @@ def load_or_compute_ranking_arrays(
     rest = {k: v for k, v in key.items() if k != "depth"}
     base = digest(rest)
     folder = Path(cache_dir) / RANKINGS
-    found = _cached_ranking(folder, base, depth, canonical(rest), reuse_deeper, n_queries, n_docs)
+    found = _cached_ranking(folder, base, depth, canonical(rest), reuse_deeper, n_queries, n_docs, extra)
     if found is not None:
         return found, True
     computed = compute()
-    _store_ranking(cache_dir, folder, base, depth, rest, computed, n_queries, n_docs)
+    _store_ranking(cache_dir, folder, base, depth, rest, computed, n_queries, n_docs, extra)
     return computed, False
 
 
