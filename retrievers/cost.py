@@ -142,12 +142,25 @@ def warm_up(retriever: Any, query_ids: Sequence[str], query_texts: Sequence[str]
     real = getattr(retriever, "warmup_real_queries", False)
     ids = list(query_ids[:n]) if real else [f"__warmup_{i}" for i in range(n)]
     texts = list(query_texts[:n]) if real else [f"{t} " for t in query_texts[:n]]
+    cached = [] if real else _with_cache(retriever)
+    for part in cached:  # the warm-up's texts are not the run's: nothing of them goes to a cache
+        part.cache_dir, part.warmup_cache_dir = None, part.cache_dir
     try:
         retriever.search(ids, texts, depth)
     except Exception as err:  # noqa: BLE001 - the timed pass reports any real failure
         log.info("cost: the warm-up of %d queries failed (%s: %s); timing without it", n, type(err).__name__, err)
         return 0
+    finally:
+        for part in cached:
+            part.cache_dir = part.__dict__.pop("warmup_cache_dir")
     return n
+
+
+def _with_cache(retriever: Any) -> list[Any]:
+    """The retriever and the retrievers it holds (a hybrid's two) that cache under ``cache_dir``."""
+    parts = [retriever, *(v for v in vars(retriever).values() if hasattr(v, "search"))] \
+        if hasattr(retriever, "__dict__") else [retriever]
+    return [p for p in parts if getattr(p, "cache_dir", None) is not None and hasattr(p, "__dict__")]
 
 
 def summary(latencies_ms: np.ndarray, n_queries: int, walls_s: Sequence[float], mode: str) -> dict[str, Any]:
