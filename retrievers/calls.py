@@ -88,14 +88,8 @@ def run_calls(call: Callable[[int], Any], n: int, workers: int, timeout_s: float
     try:
         for i in range(n):
             while i not in ready:
-                wait = POLL_S
-                if limit is not None:
-                    with lock:
-                        first = min(running.values(), default=None)
-                    if first is not None:
-                        wait = min(wait, max(first + limit - time.monotonic(), 0.0) + 0.01)
                 try:
-                    j, result, err = done.get(timeout=wait)
+                    j, result, err = done.get(timeout=_next_wait(running, lock, limit))
                     ready[j] = (result, err)
                 except queue.Empty:
                     pass
@@ -106,6 +100,16 @@ def run_calls(call: Callable[[int], Any], n: int, workers: int, timeout_s: float
             yield ready.pop(i)
     finally:
         stop.set()
+
+
+def _next_wait(running: dict[int, float], lock: threading.Lock, limit: float | None) -> float:
+    """How long to wait for the next result: ``POLL_S``, or less when a running call's time
+    runs out sooner (then just past it)."""
+    if limit is None:
+        return POLL_S
+    with lock:
+        first = min(running.values(), default=None)
+    return POLL_S if first is None else min(POLL_S, max(first + limit - time.monotonic(), 0.0) + 0.01)
 
 
 def _expire(running: dict[int, float], abandoned: set[int], lock: threading.Lock, limit: float) -> list[int]:
