@@ -42,6 +42,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.io.progress import is_terminal
+
 #: Marks a failed sweep job's objective (see ``JobFailed``) in log records.
 FAILED_MARK = "[job failed]"
 
@@ -104,22 +106,13 @@ class BriefLauncher(logging.Filter):
                     and message.startswith("Trial "))
 
 
-def interactive(stream: Any = None) -> bool:
-    """Whether ``stream`` (default: standard error, where progress bars go) is a terminal."""
-    stream = sys.stderr if stream is None else stream
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # closed or replaced streams
-        return False
-
-
 def setup() -> None:
     """Progress bars off unless standard error is a terminal; colour off unless stdout is.
     Explicit settings in the environment win."""
-    if not interactive(sys.stderr):
+    if not is_terminal(sys.stderr):
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # huggingface_hub, transformers
         os.environ.setdefault("TQDM_DISABLE", "1")  # any other tqdm bar left at its default
-    if not interactive(sys.stdout):
+    if not is_terminal(sys.stdout):
         os.environ.setdefault("NO_COLOR", "1")
 
 

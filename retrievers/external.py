@@ -53,6 +53,7 @@ import pandas as pd
 
 from pipeline.context.chunking import FOLDS, fold
 from pipeline.errors import InputError
+from pipeline.io.progress import is_terminal
 from retrievers.base import Ranking
 from retrievers.calls import BadResult, build_from_factory, describe, load_callable, run_calls
 
@@ -116,13 +117,6 @@ def as_score(value: Any, what: str) -> float | None:
     if not math.isfinite(score):
         raise BadResult(f"{what} is {score}, not a finite number")
     return score
-
-
-def stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 class ExternalRetriever:
@@ -306,7 +300,7 @@ class ExternalRetriever:
                 bar.update(len(rows))
 
     def progress(self, n: int) -> Any:
-        if not self.show_progress_bar or not stderr_is_terminal() or n == 0:
+        if not self.show_progress_bar or not is_terminal() or n == 0:
             return None
         from tqdm import tqdm
 

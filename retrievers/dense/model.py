@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.io.cache import digest
-from pipeline.io.progress import Progress
+from pipeline.io.progress import Progress, is_terminal
 from retrievers.dense.onnx import OnnxEncoder, onnx_model_file
 
 log = logging.getLogger(__name__)
@@ -180,10 +180,7 @@ def resolve_model(model: str | None) -> str:
 
 def stderr_is_terminal() -> bool:
     """Whether standard error (where tqdm draws) is a terminal."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+    return is_terminal(sys.stderr)
 
 
 def load_encoder(model: str | None, *, backend: str, device: str, max_seq_length: int | None,

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.io.progress import Progress
+from pipeline.io.progress import Progress, is_terminal
 from retrievers.dense.model import encode_texts, stderr_is_terminal
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def import_ray(what: str) -> Any:
     as they come (not merged into ``[repeated 2x across cluster]`` seconds later), and without
     colour codes where standard output is not a terminal."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not stdout_is_terminal():
+    if not is_terminal(sys.stdout):  # where Ray prints the workers' lines
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     try:
         import ray
@@ -366,10 +366,3 @@ def one_line(err: BaseException) -> str:
     useful = [line for line in lines if not line.startswith(("Traceback", "File ", "^"))]
     return f"{type(err).__name__}: {(useful or lines or [''])[0]}"[:300]
 
-
-def stdout_is_terminal() -> bool:
-    """Whether standard output (where Ray prints the workers' lines) is a terminal."""
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
