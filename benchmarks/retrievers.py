@@ -37,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from pipeline.io.collection import load_beir  # noqa: E402
-from retrievers.base import Ranking  # noqa: E402
+from pipeline.ranking import Ranking  # noqa: E402
 from retrievers.bm25 import BM25Retriever  # noqa: E402
 from retrievers.dense import DenseRetriever, exact_search  # noqa: E402
 from retrievers.hybrid import HybridRetriever  # noqa: E402

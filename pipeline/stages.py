@@ -32,7 +32,8 @@ from pipeline.io.scored import qrels_digest
 from pipeline.metrics import (BUDGET_FAMILIES, CURVES, UNJUDGED, Evaluation, Qrels, condense, definition_card, evaluate,
                               grade_matrix, ideal_matrix, metric_key, report_ks, unevaluable)
 from pipeline.io import drilldown
-from retrievers.base import Ranking, load_or_compute_ranking
+from pipeline.io.cache import load_or_compute_ranking
+from pipeline.ranking import Ranking
 from retrievers.cost import CACHED, NOT_MEASURED, measured_index, measured_search
 
 log = logging.getLogger(__name__)

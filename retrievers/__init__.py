@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from retrievers.base import Ranking, Retriever
+from pipeline.ranking import Ranking
+from retrievers.base import Retriever
 
 __all__ = ["Ranking", "Retriever"]

@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from pipeline.errors import InputError
 from pipeline.io.progress import Progress
-from retrievers.base import Ranking
+from pipeline.ranking import Ranking
 from retrievers.cost import folder_bytes
 from retrievers.external import BadResult, ExternalRetriever, Hit, as_id, as_score, check_choice
 

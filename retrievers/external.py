@@ -54,7 +54,7 @@ import pandas as pd
 from pipeline.context.chunking import FOLDS, fold
 from pipeline.errors import InputError
 from pipeline.io.progress import is_terminal
-from retrievers.base import Ranking
+from pipeline.ranking import Ranking
 from retrievers.calls import BadResult, build_from_factory, describe, load_callable, run_calls
 
 __all__ = ["BadResult", "ExternalRetriever", "Hit", "as_id", "as_score", "build_from_factory",

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from retrievers.base import Ranking, Retriever, rows_to_ranking
+from pipeline.ranking import Ranking, rows_to_ranking
+from retrievers.base import Retriever
 
 log = logging.getLogger(__name__)
 

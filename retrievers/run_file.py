@@ -35,7 +35,7 @@ import pandas as pd
 
 from pipeline.errors import InputError
 from pipeline.io.formats import TIE_BREAKS, RunFile, read_run, tie_break_rule
-from retrievers.base import Ranking, rows_to_ranking
+from pipeline.ranking import Ranking, rows_to_ranking
 
 log = logging.getLogger(__name__)
 

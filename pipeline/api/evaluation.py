@@ -29,7 +29,7 @@ from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, RunFile, tie_break_ru
 from pipeline.io.scored import Scored, score_parsed
 from pipeline.metrics import FULL_DEPTH, judged_warning, parse_key
 from pipeline.comparison.systems import DEFAULT_METRICS
-from retrievers.base import rows_to_ranking
+from pipeline.ranking import rows_to_ranking
 
 if TYPE_CHECKING:
     import pandas as pd

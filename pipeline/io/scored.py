@@ -35,7 +35,7 @@ from pipeline.errors import InputError
 from pipeline.io.formats import (TIE_BREAKS_WITHOUT_CORPUS, QrelsFile, RunFile, grade_line, read_qrels, read_run,
                                  tie_break_rule, to_numpy)
 from pipeline.metrics import EXP_GAIN_LIMIT, Evaluation, Qrels, check_gain_overflow, evaluate, unevaluable
-from retrievers.base import rows_to_ranking
+from pipeline.ranking import rows_to_ranking
 
 
 @dataclass(frozen=True)

@@ -254,7 +254,7 @@ def run_file_rankings(paths: Sequence[str | Path], collection: Collection, depth
         return []
     import pandas as pd
 
-    from retrievers.base import rows_to_ranking
+    from pipeline.ranking import rows_to_ranking
 
     depth = max(1, min(int(depth), collection.n_docs))
     doc_index = pd.Index(np.asarray(collection.doc_ids, dtype=object))

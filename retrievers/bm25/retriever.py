@@ -31,8 +31,8 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from pipeline.io.progress import Progress
+from pipeline.ranking import Ranking, top_k, top_of_row
 from retrievers.cost import array_bytes
-from retrievers.base import Ranking, top_k, top_of_row
 from retrievers.bm25.analysis import STOP_TERM, TOKEN_PATTERN, UNKNOWN_TERM, Analyzer
 from retrievers.bm25.index import VARIANTS, WITH_DELTA, BM25Weights, Spill, tokenize_corpus, weigh
 

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from pipeline.io.cache import TextEmbeddingStore, load_or_compute_array, text_hashes, texts_digest
 from pipeline.io.progress import Progress, announce_termination
-from retrievers.base import Ranking, padded, top_k
+from pipeline.ranking import Ranking, padded, top_k
 from retrievers.cost import array_bytes, faiss_bytes
 from retrievers.dense import model as dense_model
 from retrievers.dense.model import (BACKENDS, Encoder, default_model_path, encode_texts, load_encoder, model_identity,

@@ -25,7 +25,8 @@ from hydra import compose, initialize_config_dir
 from pipeline.io.cache import content_hash
 from pipeline.io.collection import load_beir
 from pipeline.job import run
-from retrievers.base import Ranking, load_or_compute_ranking
+from pipeline.io.cache import load_or_compute_ranking
+from pipeline.ranking import Ranking
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
 

@@ -23,7 +23,8 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.io.formats import read_run, write_run
 from pipeline.io.formats.trec import score_texts
-from retrievers.base import load_or_compute_ranking, rows_to_ranking
+from pipeline.io.cache import load_or_compute_ranking
+from pipeline.ranking import rows_to_ranking
 from retrievers.python_function import PythonRetriever
 
 ROOT = Path(__file__).resolve().parents[2]

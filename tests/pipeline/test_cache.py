@@ -21,7 +21,8 @@ from pipeline.io.cache import (
     texts_digest,
 )
 from pipeline.io.collection import load_beir
-from retrievers.base import Ranking, load_or_compute_ranking
+from pipeline.io.cache import load_or_compute_ranking
+from pipeline.ranking import Ranking
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
 

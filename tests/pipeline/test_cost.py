@@ -37,7 +37,7 @@ from pipeline import config, stages  # noqa: E402
 from pipeline.errors import InputError  # noqa: E402
 from pipeline.io.cache import load_or_compute_ranking_arrays  # noqa: E402
 from retrievers import cost  # noqa: E402
-from retrievers.base import Ranking  # noqa: E402
+from pipeline.ranking import Ranking  # noqa: E402
 
 
 class Sleeper:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrievers.base import Ranking
+from pipeline.ranking import Ranking
 from retrievers.bm25 import VARIANTS, Analyzer, BM25Retriever
 
 K1, B, DELTA = 1.3, 0.7, 0.8

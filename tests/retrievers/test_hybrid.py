@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from retrievers.base import Ranking
+from pipeline.ranking import Ranking
 from retrievers.bm25 import BM25Retriever
 from retrievers.hybrid import HybridRetriever, normalize_scores
 

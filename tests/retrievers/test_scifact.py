@@ -13,7 +13,7 @@ import pytest
 import pytrec_eval
 
 from pipeline.stats import bootstrap_ci
-from retrievers.base import Ranking
+from pipeline.ranking import Ranking
 from retrievers.dense import DenseRetriever
 
 pytestmark = pytest.mark.slow

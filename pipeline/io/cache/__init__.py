@@ -1,8 +1,9 @@
 """On-disk caches in safe formats, keyed by a digest of everything that shaped them.
 
 A leaf package (no Hydra, MLflow or ``retrievers``): the app passes a directory (``outputs/cache``),
-a key (a JSON-able dict) and a function that computes the value when the cache has no entry; only
-plain arrays go in and out (``retrievers.base.load_or_compute_ranking`` wraps them in a ``Ranking``).
+a key (a JSON-able dict) and a function that computes the value when the cache has no entry; plain
+arrays go in and out, and ``load_or_compute_ranking`` wraps a ranking's in a ``Ranking``
+(``pipeline.ranking``, the computing tier).
 
 - Arrays are stored as ``.npy`` (``allow_pickle=False``) and keys as ``.json``; nothing is ever pickled.
 - Every file is written to a temporary name in the same folder and renamed (``os.replace``),
@@ -31,12 +32,12 @@ digest of the key without its ``depth``)::
 from __future__ import annotations
 
 from pipeline.io.cache.entries import (ARRAYS, FILES, RANKINGS, TEXTS, RankingArrays, TextEmbeddingStore,
-                                       load_or_build_file, load_or_compute_array, load_or_compute_ranking_arrays,
-                                       ranking_problem)
+                                       load_or_build_file, load_or_compute_array, load_or_compute_ranking,
+                                       load_or_compute_ranking_arrays, ranking_problem)
 from pipeline.io.cache.store import (HASH_ALGO, canonical, canonical_json, content_hash, digest, file_hash, load_array,
                                      load_json, save_array, save_json, text_hashes, texts_digest)
 
 __all__ = ["ARRAYS", "FILES", "HASH_ALGO", "RANKINGS", "TEXTS", "RankingArrays", "TextEmbeddingStore", "canonical",
            "canonical_json", "content_hash", "digest", "file_hash", "load_array", "load_json", "load_or_build_file",
-           "load_or_compute_array", "load_or_compute_ranking_arrays", "ranking_problem", "save_array", "save_json",
-           "text_hashes", "texts_digest"]
+           "load_or_compute_array", "load_or_compute_ranking", "load_or_compute_ranking_arrays", "ranking_problem",
+           "save_array", "save_json", "text_hashes", "texts_digest"]

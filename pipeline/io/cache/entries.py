@@ -1,4 +1,5 @@
-"""The kinds of cache entry: an array, a ranking (a deeper one can serve a shallower request),
+"""The kinds of cache entry: an array, a ranking (a deeper one can serve a shallower request;
+:func:`load_or_compute_ranking` wraps its arrays in a ``Ranking``),
 a built file, and per-text embeddings (:class:`TextEmbeddingStore`, one shard per encoding call
 that had texts to encode; a lookup reads the shards until every text asked for is found)."""
 
@@ -19,6 +20,7 @@ from numpy.typing import NDArray
 from pipeline.io.cache.store import (HASH_ALGO, DamagedEntry, LegacyEntry, all_finite, canonical, check_shape,
                                      content_hash, digest, discard, file_hash, load_verified, read_meta, save_array,
                                      save_json, stored_hash, write_entry)
+from pipeline.ranking import Ranking
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +245,29 @@ def load_or_compute_ranking_arrays(
     computed = compute()
     _store_ranking(cache_dir, folder, base, depth, rest, computed, n_queries, n_docs, extra)
     return computed, False
+
+
+def load_or_compute_ranking(cache_dir: str | Path | None, key: Mapping[str, Any], compute: Callable[[], Ranking], *,
+                            reuse_deeper: bool = False, n_queries: int | None = None,
+                            n_docs: int | None = None, extra: dict[str, Any] | None = None) -> tuple[Ranking, bool]:
+    """The Ranking cached under ``key``, or ``compute()`` stored there. Returns (ranking, hit).
+
+    :func:`load_or_compute_ranking_arrays` with Rankings (``pipeline.ranking``): ``key`` holds the
+    collection digest, the retriever's ``cache_key()`` and the ``depth``; ``reuse_deeper``
+    lets a deeper cached ranking of a ``prefix_stable`` retriever serve the request;
+    ``n_queries`` and ``n_docs`` (the collection's) let a cached entry be checked against
+    them (rows, index range) besides its content hashes; ``cache_dir=None`` disables caching;
+    ``extra`` is kept with the entry (filled by ``compute`` on a miss, from the entry on a hit).
+    """
+    computed: list[Ranking] = []
+
+    def compute_arrays() -> tuple[NDArray[np.int64], NDArray[np.floating]]:
+        computed.append(compute())
+        return computed[0].doc_idx, computed[0].scores
+
+    (doc_idx, scores), hit = load_or_compute_ranking_arrays(cache_dir, key, compute_arrays, reuse_deeper=reuse_deeper,
+                                                            n_queries=n_queries, n_docs=n_docs, extra=extra)
+    return (computed[0] if computed else Ranking(doc_idx, scores)), hit
 
 
 def load_or_build_file(cache_dir: str | Path | None, key: Mapping[str, Any], name: str,

@@ -1,4 +1,5 @@
-"""The helpers that make Rankings (retrievers/base.py): rows -> padded matrix, padding, cache."""
+"""The helpers that make Rankings (``pipeline.ranking``, the computing tier): rows -> padded matrix,
+padding, top k; and the cached Ranking (``pipeline.io.cache.load_or_compute_ranking``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrievers.base import Ranking, load_or_compute_ranking, padded, rows_to_ranking, top_k, top_of_row
+import pipeline.ranking
+import retrievers.base
+from pipeline.io.cache import load_or_compute_ranking
+from pipeline.ranking import Ranking, padded, rows_to_ranking, top_k, top_of_row
 
 
 def test_rows_to_ranking_orders_by_score_then_ties_by_row_order_and_pads():
@@ -103,3 +107,12 @@ def test_load_or_compute_ranking_round_trip(tmp_path):
     assert hit and isinstance(again, Ranking)
     np.testing.assert_array_equal(again.doc_idx, ranking.doc_idx)
     np.testing.assert_array_equal(again.scores, ranking.scores)
+
+
+def test_retrievers_base_still_exports_the_ranking_and_its_helpers():
+    """User code written against ``retrievers.base`` (before the Ranking moved down to the
+    computing tier) gets the very same objects."""
+    for name in ("Ranking", "padded", "rows_to_ranking", "top_k", "top_of_row"):
+        assert getattr(retrievers.base, name) is getattr(pipeline.ranking, name), name
+    assert retrievers.base.load_or_compute_ranking is load_or_compute_ranking
+    assert Ranking.__module__ == "pipeline.ranking"
