@@ -38,7 +38,7 @@ def check_extras(argv: list[str]) -> None:
     """``hydra/launcher=ray`` without Ray installed: InputError naming the extra, before the
     sweep's parent run is opened (the launcher itself would say so only after it)."""
     if any(arg.lstrip("+~").replace(" ", "") == "hydra/launcher=ray" for arg in argv):
-        from retrievers.dense.ray_encode import import_ray
+        from pipeline.io.ray_runtime import import_ray
 
         import_ray("hydra/launcher=ray")
 

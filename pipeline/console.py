@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io.progress import is_terminal
+# A failed sweep job's objective: pipeline.io.results's (the Ray launcher, below the app tier, makes one too).
+from pipeline.io.results import FAILED_MARK, FailedObjective, JobFailed  # noqa: F401  (console.FailedObjective)
 
-#: Marks a failed sweep job's objective (see ``JobFailed``) in log records.
-FAILED_MARK = "[job failed]"
 
 
 #: Whether this process prints a sweep briefly (``brief``), and the warnings it has shown.
@@ -173,26 +173,6 @@ class ConsoleCallback(Callback):  # type: ignore[misc]
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         brief(False)
-
-
-class JobFailed(Exception):
-    """Raised by ``FailedObjective.__float__``: an Optuna sweeper that reads the objective
-    of a failed job marks the trial FAIL (the study goes on) instead of being told NaN, which
-    Optuna refuses with two chained tracebacks."""
-
-
-class FailedObjective:
-    """The objective a failed sweep job returns to a sweeper. ``float()`` of it raises
-    ``JobFailed``; the basic sweeper ignores it (the sweep's summary reads the job's folder)."""
-
-    def __init__(self, message: str):
-        self.message = message
-
-    def __float__(self) -> float:
-        raise JobFailed(f"{FAILED_MARK} {self.message}")
-
-    def __repr__(self) -> str:
-        return f"FailedObjective({self.message!r})"
 
 
 class QuietSweeper(logging.Filter):

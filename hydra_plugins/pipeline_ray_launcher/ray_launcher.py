@@ -23,14 +23,17 @@ from typing import Any, Sequence
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.errors import InputError
+from pipeline.io.ray_runtime import RayFailed, import_ray, ray_runtime
+from pipeline.io.results import FailedObjective, write_failed
 
 log = logging.getLogger(__name__)
+
 
 def execute_job(idx: int, overrides: Sequence[str], hydra_context: HydraContext, config: DictConfig,
                 task_function: TaskFunction, singleton_state: dict[Any, Any], launch_dir: str) -> JobReturn:
@@ -55,8 +58,6 @@ def connect(init: dict[str, Any]) -> Any:
     """The ``ray`` module, connected: as it is, or started/joined with ``init`` (then shut down
     at exit). Ray missing: one line naming the extra, exit 2; a cluster that cannot be reached:
     one line, exit 3."""
-    from retrievers.dense.ray_encode import RayFailed, import_ray, ray_runtime
-
     try:
         ray = import_ray("hydra/launcher=ray")
     except InputError as err:
@@ -132,11 +133,6 @@ class RayLauncher(Launcher):
         """The return of a job that Ray lost (its worker died: out of memory, a node gone), as
         ``pipeline.job`` makes a failed sweep job's: one line, a FAILED note in its folder (the
         sweep's end lists it and exits non-zero), NaN to the sweeper (a failed trial to Optuna)."""
-        from hydra.core.utils import JobStatus
-
-        from pipeline.console import FailedObjective
-        from pipeline.io.results import write_failed
-
         assert self.config is not None and self.hydra_context is not None
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(cfg):

@@ -19,15 +19,18 @@ run.trec               the ranking as a TREC run (``qid Q0 docid rank score tag`
 context.tsv            the placed order fed to the generator (query, slot, doc)    the job
 config.yaml            the resolved config                                         the job
 definition_card.md     the metric definitions of this run                          the job
-plots/*.png            K-sweep and precision-recall figures                        job or tracker
+plots/*.png            K-sweep and precision-recall figures                        the job
 record.json            what tracking logs (written last: the folder is complete)   the job
-mlflow_run.json        the MLflow run the folder was logged as (uri, run id; and   the tracker
-                       under ``stores`` its run in every store it reached)
+mlflow_run.json        the MLflow run the folder was logged as (uri, run id; and   whoever logs
+                       under ``stores`` its run in every store it reached)           the folder
 =====================  ==========================================================  ==============
 
+Whoever logs the folder writes ``mlflow_run.json``: the job itself, the end of its sweep, or
+``python -m pipeline.sync`` after a crash (``pipeline.tracking.log_folder``, in that process).
 A job that failed leaves ``<job folder>/FAILED`` (its overrides on the first line, the error
-after). Logging is idempotent: the record's ``job_key`` is a tag on the MLflow run, so a
-second attempt finds the first run instead of making another (``pipeline.tracking``).
+after), and a sweep's job returns a ``FailedObjective`` to the sweeper. Logging is idempotent:
+the record's ``job_key`` is a tag on the MLflow run, so a second attempt finds the first run
+instead of making another (``pipeline.tracking``).
 
 This module is an input/output module: it imports no hydra, mlflow or retrievers.
 """
@@ -275,3 +278,27 @@ def find_results(folders: list[Path]) -> list[Path]:
 
 def write_failed(job_dir: Path, overrides: str, message: str) -> None:
     write_text(Path(job_dir) / FAILED, f"{overrides}\n{message.strip()}\n")
+
+
+#: Marks a failed sweep job's objective (see ``JobFailed``) in log records.
+FAILED_MARK = "[job failed]"
+
+
+class JobFailed(Exception):
+    """Raised by ``FailedObjective.__float__``: an Optuna sweeper that reads the objective
+    of a failed job marks the trial FAIL (the study goes on) instead of being told NaN, which
+    Optuna refuses with two chained tracebacks."""
+
+
+class FailedObjective:
+    """The objective a failed sweep job returns to a sweeper. ``float()`` of it raises
+    ``JobFailed``; the basic sweeper ignores it (the sweep's summary reads the job's folder)."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __float__(self) -> float:
+        raise JobFailed(f"{FAILED_MARK} {self.message}")
+
+    def __repr__(self) -> str:
+        return f"FailedObjective({self.message!r})"

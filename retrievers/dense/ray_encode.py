@@ -6,11 +6,12 @@ embeddings come back to the job's process, which checks that every text has exac
 before the retriever caches them (under the same key as a local encoding: the engine is not
 part of it, so a later local job reads them). A failure leaves nothing in the cache.
 
-Ray itself: a job that finds Ray connected (a job of ``hydra/launcher=ray``) uses that
-cluster; otherwise :func:`ray_runtime` starts Ray on this machine (``address`` null) or joins
-a cluster (``auto``, ``HOST:6379``, ``ray://HOST:10001``), and shuts down or disconnects when
-the encoding is done. A cluster that cannot be reached, or a worker that keeps dying after
-``max_retries`` restarts, is :class:`RayFailed`: one line, exit status 3.
+Ray itself (``pipeline.io.ray_runtime``, shared with the Ray launcher): a job that finds Ray
+connected (a job of ``hydra/launcher=ray``) uses that cluster; otherwise ``ray_runtime`` starts
+Ray on this machine (``address`` null) or joins a cluster (``auto``, ``HOST:6379``,
+``ray://HOST:10001``), and shuts down or disconnects when the encoding is done. A cluster that
+cannot be reached, or a worker that keeps dying after ``max_retries`` restarts, is
+``RayFailed``: one line, exit status 3.
 
 ``ray`` is imported only by the functions that need it (the ``ray`` extra).
 """
@@ -19,77 +20,30 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import InputError
-from pipeline.io.progress import Progress, is_terminal
+from pipeline.io.progress import Progress
+from pipeline.io.ray_runtime import RayFailed, import_ray, quiet_token_notice, ray_runtime
 from retrievers.dense.model import encode_texts, stderr_is_terminal
 
 log = logging.getLogger(__name__)
 
+#: ``RayFailed``, ``import_ray``, ``quiet_token_notice`` and ``ray_runtime`` are ``pipeline.io.ray_runtime``'s,
+#: named here for code that imported them from this module.
+__all__ = ["ENGINES", "MAX_BLOCK_ROWS", "EncodeSettings", "EncoderActor", "RayFailed", "Shards", "actor_count", "collect",
+           "encode_on_ray", "import_ray", "kept", "one_line", "quiet_token_notice", "ray_runtime", "run_encoding",
+           "shard_blocks"]
+
 ENGINES = ("local", "ray")
-EXTRA_HINT = 'install the ray extra: pip install -e ".[ray]"'
 #: Rows per Ray Data block at most: blocks are what the actors take turns on.
 MAX_BLOCK_ROWS = 8192
-CONNECT_TIMEOUT_S = 5.0
-
-
-#: Ray's logger of its token-authentication setup, and the notice it logs each time ``ray.init``
-#: starts a local runtime with ``RAY_AUTH_MODE`` unset: token authentication on, Ray's own default,
-#: nothing for a user to act on. The runtime this project starts leaves it out
-#: (:func:`quiet_token_notice`); that logger's other lines (authentication disabled) still show.
-TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
-TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
-
-
-class _DropTokenNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(TOKEN_NOTICE)
-
-
-@contextmanager
-def quiet_token_notice() -> Iterator[None]:
-    """Ray's "Token authentication is enabled" notice left out for the block (a filter on its
-    one logger, removed after): every sweep on Ray printed it."""
-    logger, drop = logging.getLogger(TOKEN_LOGGER), _DropTokenNotice()
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
-
-
-class RayFailed(InputError):
-    """Ray could not be reached, or the encoding on it failed: one line, exit status 3
-    (like a tracking store that cannot be reached), never a traceback."""
-
-    exit_code = 3
-
-
-def import_ray(what: str) -> Any:
-    """The ``ray`` module, or InputError (exit 2) naming the extra that installs it. Ray reads
-    its settings when imported, so two defaults go first: the workers' lines reach the console
-    as they come (not merged into ``[repeated 2x across cluster]`` seconds later), and without
-    colour codes where standard output is not a terminal."""
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not is_terminal(sys.stdout):  # where Ray prints the workers' lines
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-    try:
-        import ray
-    except ImportError as err:
-        raise InputError(f"{what} needs Ray ({err}); {EXTRA_HINT}") from None
-    return ray
 
 
 @dataclass(frozen=True)
@@ -152,51 +106,6 @@ def _number(value: Any, name: str, kind: type) -> Any:
         return kind(value)
     except (TypeError, ValueError):
         raise ValueError(f"encode.{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
-
-
-def check_reachable(address: str) -> None:
-    """RayFailed unless ``HOST:PORT`` of ``address`` (``ray://HOST:PORT`` or ``HOST:PORT``)
-    accepts a TCP connection within a few seconds: ``ray.init`` itself retries for a minute
-    or more before it gives up. ``auto`` (and anything without a port) is left to ``ray.init``."""
-    parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    try:
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        raise RayFailed(f"Ray address {address!r}: not HOST:PORT or ray://HOST:PORT") from None
-    if not host or port is None:
-        return
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as err:
-        raise RayFailed(f"cannot reach the Ray cluster at {address} ({err.strerror or err}); "
-                        "start it (ray start --head) or fix the address") from None
-
-
-@contextmanager
-def ray_runtime(address: str | None, what: str, **init: Any) -> Iterator[Any]:
-    """Ray, connected for the duration of the block: the runtime this process already has,
-    or one started here (``address`` None) or joined (a cluster's address); shut down (or
-    disconnected) at the end only if this call started it. ``init``: more ``ray.init``
-    arguments, those that are None left out (``num_cpus`` only when starting Ray here).
-    Yields the ``ray`` module. An address that cannot be reached is RayFailed."""
-    ray = import_ray(what)
-    if ray.is_initialized():
-        yield ray
-        return
-    if address is not None and address != "local":
-        check_reachable(address)
-        init = {k: v for k, v in init.items() if k not in ("num_cpus", "num_gpus")}
-    arguments = {k: v for k, v in init.items() if v is not None}
-    try:
-        with quiet_token_notice():
-            ray.init(address=None if address == "local" else address, **arguments)
-    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise RayFailed(f"{what}: cannot start or join Ray (address {address or 'local'}): {first}") from None
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 class EncoderActor:

@@ -425,13 +425,13 @@ def test_the_runtime_we_start_leaves_out_rays_token_notice_only(monkeypatch):
     Ray's two messages through Ray's own logger (as Ray 2.60 does when it starts a local
     runtime); the notice is left out, the warning that authentication is off is not, and the
     filter is gone after the start."""
-    from retrievers.dense import ray_encode
+    from pipeline.io import ray_runtime
 
-    logger = logging.getLogger(ray_encode.TOKEN_LOGGER)
+    logger = logging.getLogger(ray_runtime.TOKEN_LOGGER)
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
-    notice = (f"{ray_encode.TOKEN_NOTICE}. Set RAY_AUTH_MODE=disabled to opt out. For more information, see "
+    notice = (f"{ray_runtime.TOKEN_NOTICE}. Set RAY_AUTH_MODE=disabled to opt out. For more information, see "
               "https://docs.ray.io/en/latest/ray-security/token-auth.html")
     off = "Token authentication is disabled for this Ray cluster. Anyone with network access ..."
 
@@ -449,10 +449,10 @@ def test_the_runtime_we_start_leaves_out_rays_token_notice_only(monkeypatch):
         def shutdown(self) -> None:
             self.started = False
 
-    monkeypatch.setattr(ray_encode, "import_ray", lambda what: FakeRay())
+    monkeypatch.setattr(ray_runtime, "import_ray", lambda what: FakeRay())
     logger.addHandler(handler)
     try:
-        with ray_encode.ray_runtime(None, "test") as fake:
+        with ray_runtime.ray_runtime(None, "test") as fake:
             assert fake.started
         logger.warning(notice)  # outside our start: Ray's logger is as it was
     finally:
