@@ -11,6 +11,8 @@ groups as the nodes that ``hydra.utils.instantiate`` builds) and checks what spa
 
 from __future__ import annotations
 
+import copy
+import typing
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -205,8 +207,6 @@ def check_numbers(node: Any, where: str) -> None:
     """InputError when a key of a ``_target_`` node that its function declares ``int``,
     ``float`` or ``bool`` holds something else (``retriever.k1=abc``): the option groups
     are not in the structured schema, and this runs before any data is loaded."""
-    import typing
-
     from hydra.utils import get_object
 
     if not isinstance(node, DictConfig):
@@ -298,8 +298,6 @@ def redacted(cfg: DictConfig) -> DictConfig:
     changed, or ``cfg`` itself when nothing did. The one place a config is made fit to be
     written (config.yaml) or logged (params); the store settings are taken from ``cfg``
     before, so the job still reaches its server."""
-    import copy
-
     from omegaconf import open_dict, read_write
 
     changed: list[tuple[list[Any], str]] = []

@@ -39,12 +39,15 @@ import logging
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.io import results as res
 from pipeline.io.progress import is_terminal
 # A failed sweep job's objective: pipeline.io.results's (the Ray launcher, below the app tier, makes one too).
 from pipeline.io.results import FAILED_MARK, FailedObjective, JobFailed  # noqa: F401  (console.FailedObjective)
+from pipeline.tracking.credentials import redact
 
 
 
@@ -211,8 +214,6 @@ def to_log_file(message: str, exc: BaseException | None = None, name: str = "pip
 def _unwritable(folder: Path, files: list[str], subdirs: list[str]) -> str | None:
     """Why Hydra could not write its files in ``folder`` (a file in it it cannot create, a
     folder where its log file goes, a file where its ``.hydra`` folder goes), or None."""
-    import tempfile
-
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
@@ -259,9 +260,6 @@ def _hydra_files(config: Any) -> tuple[list[str], list[str]]:
 
 def redact_file(path: Path) -> None:
     """Rewrite ``path`` (atomically) with every credential hidden, if it holds any."""
-    from pipeline.io import results as res
-    from pipeline.tracking.credentials import redact
-
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -302,8 +300,6 @@ class Redacting(logging.Filter):
     file nor the console shows a password (the launcher logs each job's overrides)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from pipeline.tracking.credentials import redact
-
         try:
             message = record.getMessage()
         except Exception:  # a record that cannot be formatted is shown as it is

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.io.results import atomic_open
 from pipeline.metrics import CURVES, LABELS, STANDARD_KS, metric_key
 
 if TYPE_CHECKING:
@@ -223,8 +224,6 @@ def _job_curves(fig: Figure, ndcg_ax: Axes, recall_ax: Axes, curves: Mapping[str
 def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, title: str) -> list[Path]:
     """A run's figures as PNG files in ``folder``: the K-sweep and the precision-recall curve,
     each written atomically (a reader never sees half a PNG)."""
-    from pipeline.io.results import atomic_open
-
     folder = Path(folder)
     figures = {RUN_FIGURES[0]: k_sweep_figure(curves, k, title),
                RUN_FIGURES[1]: pr_curve_figure(curves["precision"], curves["recall"], title)}

@@ -22,6 +22,7 @@ turns one stuck call into a job that never ends, deaf to Ctrl-C. Here
 from __future__ import annotations
 
 import importlib
+import inspect
 import queue
 import threading
 import time
@@ -168,8 +169,6 @@ def build_from_factory(spec: str, k: int, options: Mapping[str, Any], kind: Any,
     """``factory(**options)`` of the ``module:function`` ``spec`` (``retriever.factory``), with
     ``k=k`` added when the factory has a parameter named ``k`` (the results wanted per query);
     InputError unless it returns an instance of ``kind``."""
-    import inspect
-
     factory = load_callable(spec, "retriever.factory")
     kwargs = dict(options)
     try:

@@ -34,6 +34,7 @@ from pipeline.errors import InputError
 from pipeline.io.progress import Progress
 from pipeline.ranking import Ranking
 from retrievers.cost import folder_bytes
+from retrievers.dense import DenseRetriever, exact_search, recall_against
 from retrievers.external import BadResult, ExternalRetriever, Hit, as_id, as_score, check_choice
 
 log = logging.getLogger(__name__)
@@ -193,8 +194,6 @@ class ChromaRetriever(ExternalRetriever):
         self.batch_size = int(batch_size)
         self._dense: Any = None
         if self.embed == "pipeline":
-            from retrievers.dense import DenseRetriever
-
             self._dense = DenseRetriever(model=model, batch_size=batch_size, max_seq_length=max_seq_length,
                                          query_prefix=query_prefix, normalize=normalize, device=device,
                                          show_progress_bar=False, backend=backend, cache_dir=cache_dir,
@@ -281,8 +280,6 @@ class ChromaRetriever(ExternalRetriever):
     def measure_recall(self, texts: list[str], k: int) -> None:
         """recall@k of Chroma's ids against exact search over the collection's embeddings, on up to
         ``recall_queries`` of the queries (evenly spaced): logged and kept in ``report``."""
-        from retrievers.dense import exact_search, recall_against
-
         rows = np.unique(np.linspace(0, len(texts) - 1, min(len(texts), self.recall_queries)).round().astype(int))
         rows = np.asarray([r for r in rows if texts[r] in self._found], np.int64)
         if len(rows) == 0 or self._query_emb is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.errors import InputError
 from retrievers.external import BadResult, ExternalRetriever, Hit, as_id, as_score, build_from_factory
 
 
@@ -49,8 +50,6 @@ class LangChainRetriever(ExternalRetriever):
             try:
                 from langchain_core.retrievers import BaseRetriever
             except ImportError as err:
-                from pipeline.errors import InputError
-
                 raise InputError(f"retriever=langchain needs langchain-core ({err}): pip install -e '.[langchain]'")
             self._retriever = build_from_factory(self.factory, k, self.options, BaseRetriever,
                                                  "langchain_core BaseRetriever")

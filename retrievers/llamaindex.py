@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.errors import InputError
 from retrievers.external import BadResult, ExternalRetriever, Hit, as_id, as_score, build_from_factory
 
 
@@ -51,8 +52,6 @@ class LlamaIndexRetriever(ExternalRetriever):
             try:
                 from llama_index.core.base.base_retriever import BaseRetriever
             except ImportError as err:
-                from pipeline.errors import InputError
-
                 raise InputError(f"retriever=llamaindex needs llama-index-core ({err}): "
                                  "pip install -e '.[llamaindex]'")
             self._retriever = build_from_factory(self.factory, k, self.options, BaseRetriever,

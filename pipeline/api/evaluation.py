@@ -11,6 +11,7 @@ re-sorts them by document id descending (trec_eval's rule).
 
 from __future__ import annotations
 
+import html
 import logging
 import math
 import os
@@ -24,11 +25,11 @@ from numpy.typing import NDArray
 
 from pipeline import stats
 from pipeline.api.inputs import Source, is_path, read_qrels_source, read_run_source, where
+from pipeline.comparison.systems import DEFAULT_METRICS
 from pipeline.errors import InputError
 from pipeline.io.formats import TIE_BREAKS_WITHOUT_CORPUS, RunFile, tie_break_rule, write_run
 from pipeline.io.scored import Scored, score_parsed
 from pipeline.metrics import FULL_DEPTH, judged_warning, parse_key
-from pipeline.comparison.systems import DEFAULT_METRICS
 from pipeline.ranking import rows_to_ranking
 
 if TYPE_CHECKING:
@@ -151,8 +152,6 @@ class EvaluationResult:
         return "\n".join(self._lines())
 
     def _repr_html_(self) -> str:
-        import html
-
         lines = self._lines()
         table = self.summary().rename(index=self.label).to_html(float_format=lambda v: f"{v:.4f}")
         notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self._unlogged())

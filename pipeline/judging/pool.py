@@ -37,6 +37,7 @@ from pipeline.errors import InputError
 from pipeline.io.collection import Collection
 from pipeline.io.formats import check_writable_id, read_qrels, read_run
 from pipeline.io.results import atomic_open
+from pipeline.ranking import rows_to_ranking
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +254,6 @@ def run_file_rankings(paths: Sequence[str | Path], collection: Collection, depth
     if not paths:
         return []
     import pandas as pd
-
-    from pipeline.ranking import rows_to_ranking
 
     depth = max(1, min(int(depth), collection.n_docs))
     doc_index = pd.Index(np.asarray(collection.doc_ids, dtype=object))

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, chain
 from pathlib import Path
 
+import Stemmer
+
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s / scikit-learn CountVectorizer
 # The same tokens with less work: a greedy \w\w+ can only start where a run of word
 # characters starts and always runs to its end, so the \b's never reject a match.
@@ -59,8 +61,6 @@ class Analyzer:
         if stemmer is None:
             self._stem_words: Callable[[list[str]], list[str]] | None = None
         else:
-            import Stemmer
-
             try:
                 # each distinct token is stemmed once anyway: PyStemmer's cache only slows it down
                 self._stem_words = Stemmer.Stemmer(stemmer, maxCacheSize=0).stemWords

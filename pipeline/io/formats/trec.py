@@ -4,6 +4,7 @@ repeated judgments (:func:`dedupe_judgments`), runs written so that every id rea
 
 from __future__ import annotations
 
+import gzip
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pipeline.io.formats.arrow import (clean_ids, dictionary_codes, field_lines,
                                        from_numpy, grade_problem, has_duplicate, is_float, is_int, read_fast,
                                        split_fields, to_numpy)
 from pipeline.io.readers import first_text_line
+from pipeline.io.results import atomic_open
 
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -313,10 +315,6 @@ def write_run(path: str | Path, query_ids: list[str], doc_ids: list[str], doc_id
     one TREC field: whitespace in it becomes ``_`` (``bm25-none-k10 k1=1.5`` ->
     ``bm25-none-k10_k1=1.5``).
     """
-    import gzip
-
-    from pipeline.io.results import atomic_open  # an input/output module, like this one
-
     tag = re.sub(r"\s+", "_", tag.strip()) or "pipeline"
     path = Path(path)
     doc_idx = np.asarray(doc_idx)
