@@ -22,6 +22,9 @@ from numpy.typing import NDArray
 
 @dataclass(frozen=True)
 class Ranking:
+    """Each query's retrieved documents (indices into the collection's ``doc_ids``) and
+    their scores, best first; ``-1`` / ``-inf`` where a query got fewer than ``depth``."""
+
     doc_idx: NDArray[np.int64]  # [n_queries, depth], -1 = nothing
     scores: NDArray[np.floating]  # [n_queries, depth], -inf where doc_idx == -1; float32 or float64
 
