@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,8 @@ OFFLINE_HINT = ("copy a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv
                 "then run: python -m pipeline dataset=beir dataset.path=FOLDER")
 
 
-class FetchFailed(Exception):
+class FetchFailed(StoreError):
     """The download failed (unreachable, HTTP error, wrong checksum): exit status 3."""
-
-    exit_code = 3
 
 
 def _expected_md5(name: str, md5: str | None) -> str:
