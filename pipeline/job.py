@@ -6,7 +6,7 @@ sweep objective (``cfg.objective``), so a sweeper can optimize it.
 
 Nothing computed is lost: the results are written to the job's output folder, ``record.json``
 last, before the job logs itself to MLflow in its own process; a tracking failure names that
-folder (``python -m pipeline.sync`` logs it later) and exits non-zero.
+folder (``python -m pipeline.cli sync`` logs it later) and exits non-zero.
 """
 
 from __future__ import annotations
@@ -244,13 +244,13 @@ def _track(settings: tracking.StoreSettings, results: Path, run_name: str, exper
     except (tracking.TrackingError, InputError) as err:
         if in_sweep:
             message = (f"error: {err}\nThe results are safe on disk in {results.resolve()}; "
-                       f"`python -m pipeline.sync {results.parent}` logs them later.")
+                       f"`python -m pipeline.cli sync {results.parent}` logs them later.")
             res.write_failed(results.parent, res.read_record(results)["tags"].get(tracking.TAG_OVERRIDES, ""), message)
             print(f"job {results.parent.name}: {message.splitlines()[0]}", file=sys.stderr)
             return None
         raise TrackingFailed(
             f"error: {err}\nThe results are safe on disk in {results.resolve()} "
-            "(metrics.json, per_query.csv, run.trec, plots/); `python -m pipeline.sync "
+            "(metrics.json, per_query.csv, run.trec, plots/); `python -m pipeline.cli sync "
             f"{results.parent}` logs them once the store is back."
         ) from err
     log.info("track: %.2f s", time.perf_counter() - t0)

@@ -33,7 +33,9 @@ MAX_LINES = 500
 APP = {"pipeline.__main__", "pipeline.config", "pipeline.job", "pipeline.stages", "pipeline.naming",
        "pipeline.sweep", "pipeline.sweep.callback", "pipeline.sweep.summary", "pipeline.sweep.table",
        "pipeline.sweep.parent", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
-       "pipeline.api.evaluation", "pipeline.api.jobs"}
+       "pipeline.api.evaluation", "pipeline.api.jobs", "pipeline.sweep.sync", "pipeline.cli", "pipeline.cli.__main__",
+       "pipeline.cli.runner", *(f"pipeline.cli.{name}" for name in ("score", "compare", "sync", "pool", "judgments",
+                                                                     "fetch", "index"))}
 COMMANDS = {f"pipeline.{name}" for name in ("score", "compare", "sync", "pool", "judgments", "fetch", "index")}
 #: The package facade exports the Python API lazily (``pipeline.evaluate``): its one import of the app tier.
 FACADE_IMPORTS = {"pipeline": {"pipeline.api"}}

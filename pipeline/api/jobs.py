@@ -1,7 +1,7 @@
 """``pipeline.compare``, ``load_collection`` and ``run_job``: the comparison report, a
 configured collection and a configured job, in this process.
 
-- :func:`compare` builds ``python -m pipeline.compare``'s report (``pipeline.comparison``) from
+- :func:`compare` builds ``python -m pipeline.cli compare``'s report (``pipeline.comparison``) from
   ``evaluate`` results, ``run_job`` results, job or sweep folders and run files.
 - :func:`load_collection` composes ``conf/`` with Hydra's compose API and loads the dataset
   with the job's own stage (``pipeline.stages.load``): what a job with that dataset loads.
@@ -79,7 +79,8 @@ SystemLike = Union[EvaluationResult, JobResult, str, Path]
 
 @dataclass
 class Comparison:
-    """``python -m pipeline.compare``'s report: ``data`` is its JSON (``--json``)."""
+    """``python -m pipeline.cli compare``'s report, as :func:`compare` returns it: ``data`` is
+    its JSON (``--json``)."""
 
     report: Report
 
@@ -151,10 +152,12 @@ def compare(systems: Mapping[str, SystemLike] | Sequence[SystemLike], metrics: S
             baseline: str | None = None, *, qrels: str | Path | None = None, gain: str = "exp",
             relevance_level: int = 1, out: str | Path | None = None, margin: float = DEFAULT_MARGIN,
             **options: Any) -> Comparison:
-    """``python -m pipeline.compare SYSTEM ...``: the one inference (who is better than whom, in
-    four words against the practical ``margin``, in the metric's units; the best set; an answer
-    per factor of a sweep), each claim with its simultaneous interval and adjusted p-value, marked
-    against the best or the named ``baseline``; ``all_tests=True`` adds the full table of tests.
+    """Compare systems on the same queries, as ``python -m pipeline.cli compare`` does.
+
+    The one inference (who is better than whom, in four words against the practical
+    ``margin``, in the metric's units; the best set; an answer per factor of a sweep), each
+    claim with its simultaneous interval and adjusted p-value, marked against the best or the
+    named ``baseline``; ``all_tests=True`` adds the full table of tests.
 
     ``systems``: a ``{name: system}`` dict or a list; a system is an ``evaluate`` result, a
     ``run_job`` result, a job or sweep folder, or a TREC run file (then pass ``qrels``;

@@ -29,7 +29,6 @@ from pipeline.cli.runner import PROG, Parser, run
 from pipeline.config import Settings
 from pipeline.context.chunking import chunk_numbers as numbers
 from pipeline.errors import InputError, bounded_int, check_output_folder
-from retrievers.chroma import connect, encoder_settings, write_collection
 from retrievers.dense import DenseRetriever
 
 #: Chroma's rule for a collection's name (chromadb 1.5's validation, checked here before the
@@ -71,6 +70,8 @@ def build_parser() -> Parser:
 
 def load_chroma(args: argparse.Namespace) -> str:
     """Chunk and encode the configured corpus and write it into the Chroma collection; the line to print."""
+    from retrievers.chroma import connect, encoder_settings, write_collection  # loads pandas: not for --help
+
     if args.path is not None:
         check_output_folder(args.path, "--path")  # before the corpus is encoded
     settings = Settings.of(config.compose(dense_overrides(args.overrides)))
@@ -78,7 +79,7 @@ def load_chroma(args: argparse.Namespace) -> str:
         connect(host=args.host, port=args.port)
     dense = stages.computing(lambda: instantiate(settings.retriever))
     if not isinstance(dense, DenseRetriever):
-        raise InputError(ff"{PROG} index encodes with the dense retriever, not {type(dense).__name__}: "
+        raise InputError(f"{PROG} index encodes with the dense retriever, not {type(dense).__name__}: "
                          "leave retriever= out, set retriever.model=... instead")
     collection = stages.load(settings)
     stage = stages.chunk(settings, collection)

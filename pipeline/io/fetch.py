@@ -1,4 +1,4 @@
-"""Download, verify and unpack a BEIR collection (the library of ``python -m pipeline.fetch``).
+"""Download, verify and unpack a BEIR collection (the library of ``python -m pipeline.cli fetch``).
 
 The zip of collection NAME is ``BASE/NAME.zip`` on BEIR's server (:data:`BASE_URL`) or a
 mirror, and is checked against the MD5 that BEIR publishes for it (:data:`CHECKSUMS`, from

@@ -24,7 +24,6 @@ its run in every store it reached. Exit status 2 when a record is unreadable or 
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
