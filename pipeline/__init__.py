@@ -1,9 +1,9 @@
 """RAG retrieval evaluation: load -> retrieve -> place -> score -> track.
 
 The Python API (docs/python-api.md) is exported here lazily, so that ``import pipeline``
-(and every ``python -m pipeline.<command>``) stays light: ``pipeline.evaluate``,
+(and every ``python -m pipeline.cli COMMAND``) stays light: ``pipeline.evaluate``,
 ``compare``, ``load_collection``, ``run_job`` and their result types load ``pipeline.api``
-on first use.
+on first use. They are plain functions and classes; the commands live in ``pipeline.cli``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ __all__ = ["Comparison", "EvaluationResult", "InputError", "JobResult", "__versi
 
 def __getattr__(name: str) -> Any:
     """``pipeline.evaluate`` and the other API names, imported on first use."""
-    if name == "compare":  # the command module, callable as the API function (pipeline/compare.py)
-        import importlib
-
-        return importlib.import_module("pipeline.compare")
     if name in API:
         from pipeline import api
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline import console
-from pipeline.errors import InputError, Interrupted
+from pipeline.errors import InputError, Interrupted, exit_line
 from pipeline.job import run_job
 from pipeline.sweep import on_interrupt, on_sweep_error
 
@@ -30,8 +30,9 @@ def check_command_line(argv: list[str]) -> None:
         pipeline.config.check_overrides(argv)
         check_extras(argv)
     except InputError as err:
-        print(str(err), file=sys.stderr)
-        sys.exit(err.exit_code)
+        line, status = exit_line(err)
+        print(line, file=sys.stderr)
+        sys.exit(status)
 
 
 def check_extras(argv: list[str]) -> None:

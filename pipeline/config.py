@@ -16,13 +16,18 @@ import typing
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pipeline import metrics, stats, tracking
 from pipeline.errors import InputError
+from pipeline.tracking.store import DEFAULT_STORE, DEFAULT_TRACKING_URI
 from retrievers.cost import CostSettings
 
 
@@ -34,7 +39,7 @@ class Gain(Enum):
 @dataclass
 class TrackingConfig:
     enabled: bool = True
-    uri: str = "sqlite:///outputs/mlflow.db"
+    uri: str = DEFAULT_TRACKING_URI
     artifact_root: Optional[str] = "outputs/mlartifacts"  # for experiments this project creates
     experiment: Optional[str] = None  # default: the dataset's name
     run_name: Optional[str] = None  # default: {retriever}-{reorder}-k{k}
@@ -51,7 +56,7 @@ class PathsConfig:
     runs: str = "outputs/runs"
     multirun: str = "outputs/multirun"
     cache: str = "outputs/cache"
-    store: str = "outputs/mlflow.db"
+    store: str = DEFAULT_STORE
     artifacts: str = "outputs/mlartifacts"
 
 
@@ -242,7 +247,6 @@ def check_overrides(overrides: list[str]) -> None:
     checked with OmegaConf's own conversion rules before Hydra composes: InputError names the
     override. Anything else (unknown keys, syntax, groups) is left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf.errors import OmegaConfBaseException
 
     try:
         parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("-")])
@@ -269,6 +273,28 @@ def check_overrides(overrides: list[str]) -> None:
             except OmegaConfBaseException as err:
                 msg = str(err).splitlines()[0]
                 raise InputError(f"{key}={value}: {msg}") from None
+
+
+#: The config folder (``conf/``) that ``python -m pipeline`` composes.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose(overrides: Sequence[str], hydra_config: bool = False) -> DictConfig:
+    """The config ``python -m pipeline OVERRIDES`` runs, from Hydra's compose API: the values
+    checked first (:func:`check_overrides`), a bad override or option an InputError with
+    Hydra's first line. Initializes Hydra on ``conf/`` for the call unless it is already (the
+    Python API's ``run_job`` keeps it initialized for the job it launches); ``hydra_config``:
+    with the ``hydra`` node, as a launcher gets it. The one compose of ``pipeline.api``,
+    ``python -m pipeline.cli pool`` and ``index``."""
+    overrides = [str(o) for o in overrides]
+    check_overrides(overrides)
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_config)
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_config)
+    except (HydraException, OmegaConfBaseException) as err:  # an unknown option or key: Hydra's first line
+        raise InputError(f"{' '.join(overrides)}: {str(err).strip().splitlines()[0]}") from None
 
 
 _MISSING = object()

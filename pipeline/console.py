@@ -36,7 +36,6 @@ model loading).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 import tempfile
@@ -44,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io import results as res
-from pipeline.io.progress import is_terminal
 # A failed sweep job's objective: pipeline.io.results's (the Ray launcher, below the app tier, makes one too).
 from pipeline.io.results import FAILED_MARK, FailedObjective, JobFailed  # noqa: F401  (console.FailedObjective)
 from pipeline.tracking.credentials import redact
+from pipeline.io.progress import quiet_without_terminal
 
 
 
@@ -111,12 +110,9 @@ class BriefLauncher(logging.Filter):
 
 def setup() -> None:
     """Progress bars off unless standard error is a terminal; colour off unless stdout is.
-    Explicit settings in the environment win."""
-    if not is_terminal(sys.stderr):
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # huggingface_hub, transformers
-        os.environ.setdefault("TQDM_DISABLE", "1")  # any other tqdm bar left at its default
-    if not is_terminal(sys.stdout):
-        os.environ.setdefault("NO_COLOR", "1")
+    Explicit settings in the environment win (``pipeline.io.progress.quiet_without_terminal``,
+    which the commands' runner calls too)."""
+    quiet_without_terminal()
 
 
 def quiet_optuna() -> None:

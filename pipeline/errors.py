@@ -1,6 +1,16 @@
-"""The one exception type for user mistakes (bad files, bad settings).
+"""The one error model: what went wrong, and the exit status that says so.
 
-Entry points catch it, print ``str(err)`` (no traceback) and exit with status 2.
+- :class:`PipelineError` is the base: an error the user can act on, reported as one line
+  (``error: ...``) and an exit status, never a traceback. Its subclasses say which:
+  :class:`InputError` (2: a bad file, setting or argument) and :class:`StoreError` (3: a
+  tracking store, a server or a download that failed; ``pipeline.tracking.TrackingError``,
+  ``pipeline.job.TrackingFailed`` and ``pipeline.io.fetch.FetchFailed`` are ones).
+- :class:`Interrupted` (SIGINT, SIGTERM: 128 + the signal, 130 or 143) is a BaseException,
+  like KeyboardInterrupt, so that an ``except Exception`` around user code lets it through.
+- :func:`exit_line` turns any of them into that line and status: the commands' runner
+  (``pipeline.cli.runner``) and the job (``pipeline.job``, ``pipeline.__main__``) both use it.
+
+Low on purpose (standard library only): every tier raises these.
 """
 
 from __future__ import annotations
@@ -10,12 +20,30 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
-class InputError(Exception):
+class PipelineError(Exception):
+    """An error the user can act on: one line (``error: ...``) and :attr:`exit_status`."""
+
+    #: The process's exit status for this error (2 bad input, 3 store or server).
+    exit_status = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "exit_code" in cls.__dict__ and "exit_status" not in cls.__dict__:  # the older spelling
+            cls.exit_status = cls.__dict__["exit_code"]
+
+    @property
+    def exit_code(self) -> int:
+        """The older name of :attr:`exit_status`."""
+        return self.exit_status
+
+
+class InputError(PipelineError):
     """Bad input from the user: names the file, the line (1-based) and the problem."""
 
-    exit_code = 2
+    exit_status = 2
 
     def __init__(self, problem: str, path: str | Path | None = None, line: int | None = None):
         self.problem = problem
@@ -28,14 +56,46 @@ class InputError(Exception):
         super().__init__(f"error: {where}{problem}")
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM during a sweep (a BaseException, like KeyboardInterrupt, so that no
-    job's ``except Exception`` swallows it). Here, below every tier that catches around user
-    code, so that such a catch can let it through (``retrievers.external``)."""
+class StoreError(PipelineError):
+    """A store or server failed (the MLflow store, a download server, a Ray cluster): exit
+    status 3. What was computed is on disk nonetheless."""
 
-    def __init__(self, signum: int) -> None:
+    exit_status = 3
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM (a BaseException, like KeyboardInterrupt, so that no job's ``except
+    Exception`` swallows it). Here, below every tier that catches around user code, so that
+    such a catch can let it through (``retrievers.external``). ``message``: the line to print
+    instead of ``interrupted (SIGINT)`` (what to do next, say)."""
+
+    def __init__(self, signum: int, message: str | None = None) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.message = message
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal, as a shell reports a process the signal ended: 130, 143."""
+        return 128 + self.signum
+
+
+def exit_line(err: BaseException) -> tuple[str, int]:
+    """The one line and the exit status that report ``err``.
+
+    A :class:`PipelineError`: its message (``error: `` in front unless it starts so) and its
+    status; :class:`Interrupted` or KeyboardInterrupt: ``interrupted (SIGINT)`` (or its own
+    message) and 128 + the signal; anything else: ``error: TYPE: first line`` and 1 (what a
+    sweep job prints for an unexpected error; a single command shows the traceback instead)."""
+    if isinstance(err, (Interrupted, KeyboardInterrupt)):
+        signum = getattr(err, "signum", signal.SIGINT)
+        message = getattr(err, "message", None)
+        return message or f"interrupted ({signal.Signals(signum).name})", 128 + int(signum)
+    if isinstance(err, PipelineError):
+        text = str(err)
+        return (text if text.startswith("error:") else f"error: {text}"), err.exit_status
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"error: {type(err).__name__}: {first}", 1
 
 
 def positive_int(text: str) -> int:

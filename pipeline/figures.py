@@ -233,7 +233,7 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
     return [folder / name for name in figures]
 
 
-# The figures of ``python -m pipeline.compare`` are sized to stay readable in MLflow's artifact
+# The figures of ``python -m pipeline.cli compare`` are sized to stay readable in MLflow's artifact
 # preview (about 900 px wide), legends below the axes, never over the data.
 def metric_label(key: str) -> str:
     """``ndcg_at_10`` -> ``nDCG@10``; ``ndcg_at_k`` -> ``nDCG@k``; ``mrr`` -> ``MRR``;

@@ -6,7 +6,7 @@ sweep objective (``cfg.objective``), so a sweeper can optimize it.
 
 Nothing computed is lost: the results are written to the job's output folder, ``record.json``
 last, before the job logs itself to MLflow in its own process; a tracking failure names that
-folder (``python -m pipeline.sync`` logs it later) and exits non-zero.
+folder (``python -m pipeline.cli sync`` logs it later) and exits non-zero.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from pipeline import config, console, naming, stages, tracking
 from pipeline.config import Settings
-from pipeline.errors import InputError, Interrupted
+from pipeline.errors import InputError, Interrupted, PipelineError, StoreError, exit_line
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.metrics import FULL_DEPTH, metric_key
@@ -39,11 +40,11 @@ from retrievers.cost import describe as describe_cost
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "run_job", "job_line", "JobContext", "job_context"]
+__all__ = ["run", "run_job", "job_line", "user_error", "JobContext", "job_context", "TrackingFailed"]
 
 
-class TrackingFailed(RuntimeError):
-    exit_code = 3
+class TrackingFailed(StoreError):
+    """A single job's results are on disk, its logging to the store failed: exit status 3."""
 
 
 @dataclass
@@ -243,13 +244,13 @@ def _track(settings: tracking.StoreSettings, results: Path, run_name: str, exper
     except (tracking.TrackingError, InputError) as err:
         if in_sweep:
             message = (f"error: {err}\nThe results are safe on disk in {results.resolve()}; "
-                       f"`python -m pipeline.sync {results.parent}` logs them later.")
+                       f"`python -m pipeline.cli sync {results.parent}` logs them later.")
             res.write_failed(results.parent, res.read_record(results)["tags"].get(tracking.TAG_OVERRIDES, ""), message)
             print(f"job {results.parent.name}: {message.splitlines()[0]}", file=sys.stderr)
             return None
         raise TrackingFailed(
             f"error: {err}\nThe results are safe on disk in {results.resolve()} "
-            "(metrics.json, per_query.csv, run.trec, plots/); `python -m pipeline.sync "
+            "(metrics.json, per_query.csv, run.trec, plots/); `python -m pipeline.cli sync "
             f"{results.parent}` logs them once the store is back."
         ) from err
     log.info("track: %.2f s", time.perf_counter() - t0)
@@ -287,20 +288,23 @@ def _print_summary(run_name: str, collection: Collection, settings: Settings, me
     print("\n".join(lines))
 
 
-def _user_error(exc: BaseException) -> tuple[str, int] | None:
-    """(message, exit status) when ``exc`` is the user's mistake or a tracking failure."""
+def user_error(exc: BaseException) -> PipelineError | None:
+    """The error model's error behind a job's failure (``pipeline.errors``): a PipelineError
+    in ``exc``'s chain (``instantiate()`` wraps the loader's own), or an InputError for a
+    mandatory key left unset or a constructor that refused a value; None for anything else.
+    Used by the job here and by the Python API's ``run_job``."""
     err: BaseException | None = exc
-    while err is not None:  # instantiate() wraps the loader's own error
-        if isinstance(err, (InputError, TrackingFailed)):
-            return str(err), err.exit_code
+    while err is not None:
+        if isinstance(err, PipelineError):
+            return err
         if isinstance(err, MissingMandatoryValue):
             key = getattr(err, "full_key", None) or str(err)
-            return f"error: {key} is required: set it on the command line, e.g. {key}=...", 2
-        if type(err).__name__ == "InstantiationException" and isinstance(err.__cause__, ValueError):
+            return InputError(f"{key} is required: set it on the command line, e.g. {key}=...")
+        if isinstance(err, InstantiationException) and isinstance(err.__cause__, ValueError):
             # a retriever, reorder or attention constructor refused a value (retriever.k1=-1)
             key = next((line.split(":", 1)[1].strip() for line in str(err).splitlines()
                         if line.startswith("full_key:")), "config")
-            return f"error: {key}: {err.__cause__}", 2
+            return InputError(f"{key}: {err.__cause__}")
         err = err.__cause__ or err.__context__
     return None
 
@@ -323,7 +327,8 @@ def run_job(cfg: DictConfig) -> Any:
                             "record.json is never logged)", level=logging.WARNING)
         raise
     except Exception as exc:
-        found = _user_error(exc)
+        known = user_error(exc)
+        found = exit_line(known) if known is not None else None
         ctx = job_context(OmegaConf.select(cfg, "paths.runs", default="outputs/runs"))
         console.to_log_file(found[0] if found else f"the job failed: {type(exc).__name__}: {exc}",
                             None if found else exc)
@@ -331,9 +336,8 @@ def run_job(cfg: DictConfig) -> Any:
             raise
         if found is None:  # a sweep job's unexpected error: one line here, the traceback in its log
             logs = console.log_files()
-            first = (str(exc).strip().splitlines() or [""])[0]
-            where = f" (traceback in {logs[0].baseFilename})" if logs else ""
-            found = (f"error: {type(exc).__name__}: {first}{where}", 1)
+            line, code = exit_line(exc)
+            found = (line + (f" (traceback in {logs[0].baseFilename})" if logs else ""), code)
         message, code = found
         if ctx.sweep_dir is None:
             print(message, file=sys.stderr)

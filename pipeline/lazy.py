@@ -3,7 +3,7 @@
 A job pays in its own process for the imports it uses (one process per command, nothing
 started to hide an import), so an import that costs real time, or that needs an optional
 extra, waits inside the function that uses it: a BM25 job never loads torch, a
-``tracking=none`` job never loads mlflow, ``python -m pipeline.score`` loads neither pandas,
+``tracking=none`` job never loads mlflow, ``python -m pipeline.cli score`` loads neither pandas,
 Hydra nor scipy (``tests/test_lazy_imports.py``). Every other import goes at the top of its
 module, where a reader sees a module's dependencies at once.
 

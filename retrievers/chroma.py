@@ -5,7 +5,7 @@ The collection lives in a local persistent folder (``path``) or on a Chroma serv
 
 - by the project's encoder (``embed: pipeline``, the default): the dense retriever's model and
   settings (``retrievers.dense``, its cached query embeddings too), for a collection loaded by
-  ``python -m pipeline.index chroma`` (:func:`write_collection`) with the same model, which the
+  ``python -m pipeline.cli index chroma`` (:func:`write_collection`) with the same model, which the
   collection's metadata records and the retriever checks; or
 - by the collection's own embedding function (``embed: collection``), the one Chroma stored
   with it. Chroma's default function (ONNX all-MiniLM-L6-v2) downloads its model on first use,
@@ -57,7 +57,7 @@ def connect(path: str | Path | None = None, host: str | None = None, port: int =
                          "retriever.host (a Chroma server)")
     if path is not None:
         if not Path(path).is_dir():
-            raise InputError(f"no Chroma database folder at {path} (load one: python -m pipeline.index chroma ...)")
+            raise InputError(f"no Chroma database folder at {path} (load one: python -m pipeline.cli index chroma ...)")
         return chromadb.PersistentClient(path=str(path), settings=settings)
     try:
         client = chromadb.HttpClient(host=host, port=int(port), settings=settings)

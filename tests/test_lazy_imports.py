@@ -5,8 +5,10 @@ line per module the process imports to its own stderr. The tests read those line
 
 - ``python -m pipeline tracking=none`` on the bundled sample with BM25 imports no torch,
   sentence-transformers, optuna, numba or mlflow; it draws its figures itself (matplotlib).
-- ``python -m pipeline.score`` imports none of pandas, matplotlib, Hydra, MLflow, SciPy or
-  torch, and still prints the right numbers.
+- ``python -m pipeline.cli score`` imports none of pandas, matplotlib, Hydra, MLflow, SciPy or
+  torch, and still prints the right numbers;
+- ``python -m pipeline.cli compare --help`` (the one runner, the comparison's parser) imports
+  none of them either.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def test_the_scorer_imports_only_what_scoring_needs(tmp_path):
     qrels.write_text("q1 0 d1 2\nq1 0 d2 0\nq1 0 d3 1\nq2 0 d9 1\n")
     run.write_text("q1 Q0 d2 1 3.0 t\nq1 Q0 d1 2 2.0 t\nq1 Q0 d3 3 1.0 t\nq2 Q0 d8 1 1.0 t\n")
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pipeline.score", str(qrels), str(run), "--json", "--k", "1,2"],
+        [sys.executable, "-X", "importtime", "-m", "pipeline.cli", "score", str(qrels), str(run), "--json",
+         "--k", "1,2"],
         cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S, env=ENV,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -78,6 +81,17 @@ def test_the_scorer_imports_only_what_scoring_needs(tmp_path):
     assert means["precision_at_1"] == 0.0 and means["precision_at_2"] == 0.25
     assert means["recall_at_2"] == 0.25  # q1: 1 of 2 relevant in the top 2; q2: 0 of 1
     assert abs(means["mrr"] - 0.25) < 1e-12  # q1: first relevant at rank 2; q2: none
+
+
+def test_a_commands_help_imports_no_heavy_module():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline.cli", "compare", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("usage: python -m pipeline.cli compare")
+    modules = imported(proc.stderr)
+    assert {"pipeline", "numpy"} <= modules
+    heavy = {"pandas", "matplotlib", "hydra", "omegaconf", "mlflow", "scipy", "torch", "sqlalchemy"}
+    assert not heavy & modules, f"compare --help imported {sorted(heavy & modules)}"
 
 
 def test_formats_numpy_bridges_equal_pyarrows_own():

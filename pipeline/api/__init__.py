@@ -1,8 +1,8 @@
 """The Python API (docs/python-api.md): the project's commands as functions for notebooks
 and scripts, exported lazily by ``pipeline`` (``pipeline.evaluate(...)``).
 
-- :func:`evaluate`: ``python -m pipeline.score`` on files, dicts or DataFrames;
-- :func:`compare`: ``python -m pipeline.compare``'s report;
+- :func:`evaluate`: ``python -m pipeline.cli score`` on files, dicts or DataFrames;
+- :func:`compare`: ``python -m pipeline.cli compare``'s report;
 - :func:`load_collection`: a dataset of ``conf/dataset``, as a job loads it;
 - :func:`run_job`: ``python -m pipeline OVERRIDES`` in this process.
 

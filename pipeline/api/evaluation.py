@@ -1,4 +1,4 @@
-"""``pipeline.evaluate``: ``python -m pipeline.score QRELS RUN --json --per-query`` in this
+"""``pipeline.evaluate``: ``python -m pipeline.cli score QRELS RUN --json --per-query`` in this
 process, on files, dicts or DataFrames (``pipeline.api.inputs``), returning an
 :class:`EvaluationResult` (the means, the per-query table, BCa CIs, ``to_trec``).
 
@@ -37,13 +37,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: ``python -m pipeline.score``'s default cut-offs.
+#: ``python -m pipeline.cli score``'s default cut-offs.
 SCORE_KS = (1, 3, 5, 10, 20, 100)
 
 
 @dataclass
 class EvaluationResult:
-    """A run scored against qrels: what ``python -m pipeline.score --json --per-query`` prints.
+    """A run scored against qrels: what ``python -m pipeline.cli score --json --per-query`` prints.
 
     ``means`` is the command's JSON (every family at ``ks``, ``mrr``, ``map``, ``bpref``,
     ``n_queries``, ``n_queries_no_relevant``, ``judged_only``); ``per_query`` its per-query
@@ -181,7 +181,7 @@ def _cutoffs(metrics: Sequence[str] | None) -> tuple[list[str], list[int]]:
 def evaluate(qrels: Source, run: Source, metrics: Sequence[str] | None = None, *, k_max: int | None = None,
              gain: str = "exp", relevance_level: int = 1, judged_only: bool = False,
              tie_break: str = "file_order", name: str | None = None) -> EvaluationResult:
-    """Score ``run`` against ``qrels``: ``python -m pipeline.score QRELS RUN --json --per-query``.
+    """Score ``run`` against ``qrels``: ``python -m pipeline.cli score QRELS RUN --json --per-query``.
 
     ``metrics``: keys (``ndcg_at_10``, ``recall_at_100``, ``map``...): the means hold every
     family at their cut-offs, as ``--k`` does; None: the command's default cut-offs (1, 3, 5,

@@ -1,7 +1,7 @@
 """``pipeline.compare``, ``load_collection`` and ``run_job``: the comparison report, a
 configured collection and a configured job, in this process.
 
-- :func:`compare` builds ``python -m pipeline.compare``'s report (``pipeline.comparison``) from
+- :func:`compare` builds ``python -m pipeline.cli compare``'s report (``pipeline.comparison``) from
   ``evaluate`` results, ``run_job`` results, job or sweep folders and run files.
 - :func:`load_collection` composes ``conf/`` with Hydra's compose API and loads the dataset
   with the job's own stage (``pipeline.stages.load``): what a job with that dataset loads.
@@ -79,7 +79,8 @@ SystemLike = Union[EvaluationResult, JobResult, str, Path]
 
 @dataclass
 class Comparison:
-    """``python -m pipeline.compare``'s report: ``data`` is its JSON (``--json``)."""
+    """``python -m pipeline.cli compare``'s report, as :func:`compare` returns it: ``data`` is
+    its JSON (``--json``)."""
 
     report: Report
 
@@ -151,10 +152,12 @@ def compare(systems: Mapping[str, SystemLike] | Sequence[SystemLike], metrics: S
             baseline: str | None = None, *, qrels: str | Path | None = None, gain: str = "exp",
             relevance_level: int = 1, out: str | Path | None = None, margin: float = DEFAULT_MARGIN,
             **options: Any) -> Comparison:
-    """``python -m pipeline.compare SYSTEM ...``: the one inference (who is better than whom, in
-    four words against the practical ``margin``, in the metric's units; the best set; an answer
-    per factor of a sweep), each claim with its simultaneous interval and adjusted p-value, marked
-    against the best or the named ``baseline``; ``all_tests=True`` adds the full table of tests.
+    """Compare systems on the same queries, as ``python -m pipeline.cli compare`` does.
+
+    The one inference (who is better than whom, in four words against the practical
+    ``margin``, in the metric's units; the best set; an answer per factor of a sweep), each
+    claim with its simultaneous interval and adjusted p-value, marked against the best or the
+    named ``baseline``; ``all_tests=True`` adds the full table of tests.
 
     ``systems``: a ``{name: system}`` dict or a list; a system is an ``evaluate`` result, a
     ``run_job`` result, a job or sweep folder, or a TREC run file (then pass ``qrels``;
@@ -190,22 +193,6 @@ def _hydra() -> Iterator[Any]:
         yield GlobalHydra.instance().config_loader()
 
 
-def _compose(overrides: list[str], hydra_config: bool = False) -> Any:
-    """The composed config; a bad override or option is an InputError (one line)."""
-    from hydra import compose
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from pipeline import config
-
-    config.check_overrides(overrides)
-    try:
-        cfg = compose("config", overrides=overrides, return_hydra_config=hydra_config)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise InputError(" ".join(str(err).split())) from None
-    return cfg
-
-
 def _require(cfg: Any) -> None:
     """InputError naming the first mandatory key (``???``) left unset."""
     from omegaconf import OmegaConf
@@ -224,7 +211,7 @@ def load_collection(name_or_path: str | Path = "sample", **options: Any) -> "Col
     folder: ``beir`` with that path). ``options`` are the dataset's keys (``split="dev"``)."""
     from omegaconf import open_dict
 
-    from pipeline import stages
+    from pipeline import config, stages
     from pipeline.config import Settings
 
     name = str(name_or_path)
@@ -234,7 +221,7 @@ def load_collection(name_or_path: str | Path = "sample", **options: Any) -> "Col
             raise InputError(f"not a dataset ({', '.join(known)}) nor a folder", name)
         name, options = "beir", {"path": str(Path(name).expanduser().resolve()), **options}
     with _hydra():
-        cfg = _compose([f"dataset={name}", "tracking=none"])
+        cfg = config.compose([f"dataset={name}", "tracking=none"])
     unknown = [k for k in options if k not in cfg.dataset.keys()]  # (``in`` is False for a ??? value)
     if unknown:
         raise InputError(f"dataset {name} has no option {unknown[0]!r} (it has "
@@ -246,19 +233,6 @@ def load_collection(name_or_path: str | Path = "sample", **options: Any) -> "Col
 
 
 # --------------------------------------------------------------------------- run_job
-
-
-def _user_error(exc: BaseException) -> BaseException:
-    """The error to raise for a job's failure: its InputError (or TrackingFailed) when the
-    user's mistake is in the chain, a constructor's ValueError as an InputError, else itself."""
-    err: BaseException | None = exc
-    while err is not None:
-        if isinstance(err, InputError) or type(err).__name__ == "TrackingFailed":
-            return err
-        if type(err).__name__ == "InstantiationException" and isinstance(err.__cause__, ValueError):
-            return InputError(f"{err.__cause__}")
-        err = err.__cause__ or err.__context__
-    return exc
 
 
 class _Callbacks:
@@ -284,7 +258,7 @@ def run_job(overrides: Sequence[str] = ()) -> JobResult:
     from hydra.types import HydraContext
     from omegaconf import OmegaConf
 
-    from pipeline import console, job
+    from pipeline import config, console, job
 
     overrides = [str(o) for o in overrides]
     if any(o.startswith("-") for o in overrides):
@@ -301,7 +275,7 @@ def run_job(overrides: Sequence[str] = ()) -> JobResult:
         return outcome.get("objective")
 
     with _hydra() as loader:
-        cfg = _compose([*overrides, "hydra.mode=RUN"], hydra_config=True)  # as Hydra's own run sets it
+        cfg = config.compose([*overrides, "hydra.mode=RUN"], hydra_config=True)  # as Hydra's own run sets it
         _require(cfg)
         folder = str(OmegaConf.select(cfg, "hydra.run.dir"))
         try:
@@ -316,7 +290,7 @@ def run_job(overrides: Sequence[str] = ()) -> JobResult:
                                 task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None)
         callbacks.on_run_end(config=cfg)
     if "error" in outcome:
-        raise _user_error(outcome["error"])
+        raise job.user_error(outcome["error"]) or outcome["error"]
     out = Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
     return JobResult(out, res.read_record(out / res.RESULTS), float(outcome["objective"]))
 

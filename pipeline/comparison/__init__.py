@@ -14,11 +14,12 @@ from pipeline.comparison.output import log_report, report_for_folders, write_rep
 from pipeline.comparison.render import BEST, SIGNIFICANT, format_markdown, format_table
 from pipeline.comparison.report import (CORRECTIONS, REPORT_FORMAT, TESTS, Report, build_report, compute_main_effects,
                                         find_baseline)
-from pipeline.comparison.systems import (DEFAULT_METRICS, DEFAULT_TRACKING_URI, System, load_system, load_systems,
-                                         parse_overrides, read_per_query)
+from pipeline.comparison.systems import (DEFAULT_METRICS, System, load_system, load_systems, parse_overrides,
+                                         read_per_query)
 from pipeline.comparison.ties import swept_factors
 from pipeline.comparison.verdict import DEFAULT_MARGIN, Verdict
 from pipeline.comparison.words import verdict_lines
+from pipeline.tracking.store import DEFAULT_TRACKING_URI
 
 __all__ = ["BEST", "CORRECTIONS", "DEFAULT_MARGIN", "DEFAULT_METRICS", "DEFAULT_TRACKING_URI", "REPORT_FORMAT", "SIGNIFICANT", "TESTS",
            "Report", "System", "build_report", "compute_main_effects", "find_baseline", "format_markdown",

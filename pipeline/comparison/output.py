@@ -1,9 +1,12 @@
 """The comparison written and logged: the report folder (``report.json``, ``report.md``,
-figures) and its MLflow run.
+figures) and its MLflow run; :func:`compare_sources` does all of it for the systems named
+on ``python -m pipeline.cli compare``'s command line.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -11,8 +14,11 @@ from pipeline import figures as plots
 from pipeline import tracking
 from pipeline.comparison.render import format_markdown
 from pipeline.comparison.report import Report, build_report
-from pipeline.comparison.systems import DEFAULT_METRICS, DEFAULT_TRACKING_URI, System, load_systems
+from pipeline.comparison.systems import DEFAULT_METRICS, System, load_systems
+from pipeline.comparison.ties import choose_metrics
+from pipeline.errors import InputError, check_output_folder
 from pipeline.io import results as res
+from pipeline.tracking.store import DEFAULT_TRACKING_URI
 
 
 def write_report(report: Report, out: str | Path) -> list[Path]:
@@ -84,3 +90,58 @@ def log_report(report: Report, out: Path, explicit_uri: str | None) -> tuple[str
     d["mlflow"] = {"run_id": run_id, "uri": settings.uri, "sweep_parent": parent is not None}
     res.write_json(out / "report.json", d, indent=1)
     return run_id, settings.uri, parent is not None
+
+
+@dataclass
+class Compared:
+    """A comparison done: its report, the folder it is in, and with ``log``: (run id, store,
+    whether a sweep's parent run) and the "creating a new store" note of that store, if any."""
+
+    report: Report
+    out: Path
+    logged: tuple[str, str, bool] | None = None
+    note: str | None = None
+
+
+def default_out(root: Path = Path("outputs") / "compare") -> Path:
+    """``outputs/compare/<timestamp>`` (``_1``, ``_2`` ... when taken)."""
+    base = root / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out, i = base, 1
+    while out.exists():
+        out, i = base.with_name(f"{base.name}_{i}"), i + 1
+    return out
+
+
+def compare_sources(specs: Sequence[str], metrics: Sequence[str] | None = None, *, out: str | Path | None = None,
+                    log: bool = False, tracking_uri: str | None = None, qrels: str | None = None,
+                    experiment_filter: str = "", gain: str = "exp", relevance_level: int = 1,
+                    **options: Any) -> Compared:
+    """Compare the systems ``specs`` name (job, sweep or run-file paths, ``mlflow:RUN_ID``,
+    ``mlflow-experiment:NAME[:FILTER]``; ``pipeline.comparison.systems``) on ``metrics``
+    (default: ``choose_metrics``'), write the report to ``out`` (checked before any work;
+    default :func:`default_out`) and with ``log`` put it on an MLflow run (:func:`log_report`).
+    ``options`` go to ``build_report``; a computing module's ValueError is an InputError."""
+    out = check_output_folder(out, "--out") if out else default_out()
+    try:  # by default, jobs that differ only in placement are compared on context_utility_at_k too
+        systems, chosen = choose_metrics(specs, metrics, qrels=qrels, tracking_uri=tracking_uri,
+                                         experiment_filter=experiment_filter, gain=gain,
+                                         relevance_level=relevance_level)
+        report = build_report(systems, chosen, **options)
+    except ValueError as err:  # a computing module's word for bad input
+        raise InputError(str(err)) from err
+    write_report(report, out)
+    if not log:
+        return Compared(report, out)
+    notes = new_store_notes(tracking_uri, report)
+    run_id, uri, in_sweep = log_report(report, out, tracking_uri)
+    uri = tracking.without_credentials(uri)
+    return Compared(report, out, (run_id, uri, in_sweep), notes.get(uri))
+
+
+def new_store_notes(tracking_uri: str | None, report: Report) -> dict[str, str]:
+    """The "creating a new one" note of each sqlite store ``log`` may write to (the one named,
+    or each sweep's), asked before the store is made; keyed by the store's URI."""
+    uris = {tracking_uri or DEFAULT_TRACKING_URI, *(s.sweep_store for s in report.systems if s.sweep_store)}
+    notes = {tracking.without_credentials(uri): tracking.new_store_note(tracking.without_credentials(uri))
+             for uri in uris if tracking.sqlite_path(tracking.without_credentials(uri)) is not None}
+    return {uri: note for uri, note in notes.items() if note}

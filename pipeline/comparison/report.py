@@ -1,4 +1,4 @@
-"""Compare retrieval systems on the same queries: the report behind ``python -m pipeline.compare``.
+"""Compare retrieval systems on the same queries: the report behind ``python -m pipeline.cli compare``.
 
 Each system's per-query scores of the evaluated queries (``pipeline.comparison.systems``) are
 aligned by query id (``stats.align``). The one inference (``comparison.verdict``: randomized

@@ -34,6 +34,7 @@ from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.io.scored import score_files
 from pipeline.metrics import metric_key
+from pipeline.tracking.store import DEFAULT_TRACKING_URI
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 #: context: what a RAG generator needs) and MRR (where the first relevant chunk is). Few on
 #: purpose: every metric adds (systems - 1) comparisons to the Holm family.
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_10", "mrr")
-DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 #: What a score means, and how messages name it: systems that differ in any of these were not
 #: scored the same way. ``depth`` (a job's max(k, k_max) within the corpus, a run file's longest
 #: ranking) is the cut-off of mrr, map and bpref: it matters for those only.

@@ -1,4 +1,4 @@
-"""Download, verify and unpack a BEIR collection (the library of ``python -m pipeline.fetch``).
+"""Download, verify and unpack a BEIR collection (the library of ``python -m pipeline.cli fetch``).
 
 The zip of collection NAME is ``BASE/NAME.zip`` on BEIR's server (:data:`BASE_URL`) or a
 mirror, and is checked against the MD5 that BEIR publishes for it (:data:`CHECKSUMS`, from
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,8 @@ OFFLINE_HINT = ("copy a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv
                 "then run: python -m pipeline dataset=beir dataset.path=FOLDER")
 
 
-class FetchFailed(Exception):
+class FetchFailed(StoreError):
     """The download failed (unreachable, HTTP error, wrong checksum): exit status 3."""
-
-    exit_code = 3
 
 
 def _expected_md5(name: str, md5: str | None) -> str:

@@ -23,6 +23,7 @@ A library-tier leaf: logging, time, signal and tqdm (on a terminal only).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -46,6 +47,19 @@ def is_terminal(stream: Any = None) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # closed or replaced streams
         return False
+
+
+def quiet_without_terminal() -> None:
+    """Progress bars off unless standard error is a terminal; colour off unless standard
+    output is (``HF_HUB_DISABLE_PROGRESS_BARS``, ``TQDM_DISABLE``, ``NO_COLOR``), so logs and CI
+    output hold no carriage-return animations. Explicit settings in the environment win. Run
+    first by every entry point (``pipeline.console.setup``, ``pipeline.cli.runner.start``),
+    before torch, transformers or huggingface_hub are imported."""
+    if not is_terminal(sys.stderr):
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # huggingface_hub, transformers
+        os.environ.setdefault("TQDM_DISABLE", "1")  # any other tqdm bar left at its default
+    if not is_terminal(sys.stdout):
+        os.environ.setdefault("NO_COLOR", "1")
 
 
 def duration(seconds: float) -> str:

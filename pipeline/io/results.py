@@ -26,7 +26,7 @@ mlflow_run.json        the MLflow run the folder was logged as (uri, run id; and
 =====================  ==========================================================  ==============
 
 Whoever logs the folder writes ``mlflow_run.json``: the job itself, the end of its sweep, or
-``python -m pipeline.sync`` after a crash (``pipeline.tracking.log_folder``, in that process).
+``python -m pipeline.cli sync`` after a crash (``pipeline.tracking.log_folder``, in that process).
 A job that failed leaves ``<job folder>/FAILED`` (its overrides on the first line, the error
 after), and a sweep's job returns a ``FailedObjective`` to the sweeper. Logging is idempotent:
 the record's ``job_key`` is a tag on the MLflow run, so a second attempt finds the first run

@@ -1,6 +1,6 @@
 """A TREC run scored against qrels: read, map ids, order ties, evaluate.
 
-``score_files`` is ``python -m pipeline.score`` without its printing; ``pipeline.compare``
+``score_files`` is ``python -m pipeline.cli score`` without its printing; ``pipeline.compare``
 scores run files with it, and the drill-down reads its :class:`Scored`.
 
 Query set: the judged queries of the qrels (like ``trec_eval -c``): a judged query missing

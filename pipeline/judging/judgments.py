@@ -1,4 +1,4 @@
-"""Label Studio export -> TREC qrels and inter-annotator agreement (the library of ``python -m pipeline.judgments``).
+"""Label Studio export -> TREC qrels and inter-annotator agreement (the library of ``python -m pipeline.cli judgments``).
 
 The export is Label Studio's JSON export (``exportType=JSON``: a list of tasks, each with ``data`` and
 ``annotations``) of a project made by ``pipeline.pool``: every task's ``data`` has ``query_id`` and

@@ -1,4 +1,4 @@
-"""Depth-d pooling for relevance judging (the library of ``python -m pipeline.pool``).
+"""Depth-d pooling for relevance judging (the library of ``python -m pipeline.cli pool``).
 
 The pool (TREC's depth-d pooling; Sparck Jones and van Rijsbergen 1975, Voorhees and Harman 2005), for
 each query, of the ``doc_idx`` matrices of several runs (retrievers, or TREC run files: :func:`run_file_rankings`):

@@ -35,7 +35,7 @@ from pipeline import config as pconfig
 from pipeline.naming import sweep_name, swept_overrides
 from pipeline.io import results as res
 from pipeline import tracking
-from pipeline.errors import InputError, Interrupted
+from pipeline.errors import InputError, Interrupted, exit_line
 from pipeline.stats import DEFAULT_MARGIN, check_margin
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,8 @@ def on_interrupt(signum: int) -> int:
     (128 + the signal: 130, 143). A second Ctrl-C meanwhile ends it at once."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
-    code = 128 + signum
-    if not _ACTIVE:
-        print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
-        return code
-    print(f"interrupted ({signal.Signals(signum).name}): {_end_active('KILLED')}", file=sys.stderr)
+    line, code = exit_line(Interrupted(signum))  # the commands' line and status (pipeline.errors)
+    print(f"{line}: {_end_active('KILLED')}" if _ACTIVE else line, file=sys.stderr)
     return code
 
 
@@ -92,7 +89,7 @@ def _end_active(status: str) -> str:
             if settings is not None and not missing else f"{len(done)} finished job(s) on disk")
     if missing:
         what += (f"; not in MLflow yet: job(s) {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}: "
-                 f"python -m pipeline.sync {sweep_dir}")
+                 f"python -m pipeline.cli sync {sweep_dir}")
     return what
 
 
@@ -141,7 +138,7 @@ class SweepCallback(Callback):
             print(end_sweep(sweep_dir, str(config.objective), settings, margin=float(config.compare.margin)))
         except tracking.TrackingError as err:
             print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}; "
-                  f"`python -m pipeline.sync {sweep_dir}` logs them later.", file=sys.stderr)
+                  f"`python -m pipeline.cli sync {sweep_dir}` logs them later.", file=sys.stderr)
             sys.exit(3)
         failed = sorted(sweep_dir.glob(f"*/{res.FAILED}"))
         if failed:

@@ -47,7 +47,7 @@ def log_pending(sweep_dir: Path, settings: tracking.StoreSettings | None = None,
         except (tracking.TrackingError, InputError) as err:
             errors.append((job_dir, str(err)))
             res.write_failed(job_dir, _overrides(results), f"error: {err}\nThe results are safe on disk in "
-                             f"{results.resolve()}; `python -m pipeline.sync {job_dir}` logs them later.")
+                             f"{results.resolve()}; `python -m pipeline.cli sync {job_dir}` logs them later.")
             continue
         (job_dir / res.FAILED).unlink(missing_ok=True)
     return errors

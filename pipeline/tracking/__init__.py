@@ -9,7 +9,7 @@ run is made in the launching process before any job starts, the jobs nest under 
 launcher closes it with the sweep's summary when the sweep ends (``pipeline.sweep.summary``).
 
 The disk is the queue. Logging a folder is idempotent (the record's ``job_key`` is a tag of
-its run), so whatever a crash left unlogged, ``python -m pipeline.sync`` logs later, exactly
+its run), so whatever a crash left unlogged, ``python -m pipeline.cli sync`` logs later, exactly
 once. Writers to one sqlite store take turns (:func:`writing`, a lock file beside the
 store), so the jobs of a parallel launcher never meet inside sqlite. Every failure of the
 store or server is a :class:`TrackingError`; the results are already on disk.

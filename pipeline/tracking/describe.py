@@ -63,7 +63,7 @@ def sweep_coverage_warning(records: list[Mapping[str, Any]]) -> str | None:
     ks = sorted({k for _, _, k in low})
     key, judged = ((f"judged_at_{ks[0]}", f"of the top {ks[0]} documents are judged") if len(ks) == 1 else
                    ("judged_at_k", f"of each job's top k documents are judged, k = {', '.join(map(str, ks))}"))
-    advice = PUBLIC_ADVICE if public else ("pool them (judge the unjudged top documents: python -m pipeline.pool, "
+    advice = PUBLIC_ADVICE if public else ("pool them (judge the unjudged top documents: python -m pipeline.cli pool, "
                                            "docs/judging.md); bpref and judged_only=true score judged documents only")
     return (f"warning: {key} < {JUDGED_WARN_BELOW} in {len(low)} of {len(records)} jobs ({share} {judged}; "
             f"lowest: {name}): their numbers are biased low; {advice}")

@@ -22,7 +22,7 @@ from pipeline.tracking.store import (TAG_PARENT, TAG_RUN_NAME, TAG_SWEEP_PARENT,
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-#: Experiment of the runs that ``python -m pipeline.compare --log`` makes (outside a sweep).
+#: Experiment of the runs that ``python -m pipeline.cli compare --log`` makes (outside a sweep).
 COMPARE_EXPERIMENT = "compare"
 
 

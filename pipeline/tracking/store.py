@@ -20,6 +20,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pipeline.errors import StoreError
 from pipeline.io import results as res
 from pipeline.tracking.credentials import auth_refusal, redact, without_credentials
 
@@ -65,8 +66,14 @@ def table_tag(artifact_file: str) -> str:
     return json.dumps([{"path": artifact_file, "type": "table"}])
 
 
-class TrackingError(RuntimeError):
-    """The tracking store or server failed; the results are on disk nonetheless."""
+#: The default store, where ``tracking=local`` (``conf/tracking/local.yaml``) puts it: the one
+#: definition that ``pipeline.config`` and ``pipeline.comparison`` (``--tracking-uri``) name.
+DEFAULT_STORE = "outputs/mlflow.db"
+DEFAULT_TRACKING_URI = f"sqlite:///{DEFAULT_STORE}"
+
+
+class TrackingError(StoreError):
+    """The tracking store or server failed; the results are on disk nonetheless (exit status 3)."""
 
 
 @dataclass(frozen=True)

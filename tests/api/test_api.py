@@ -245,19 +245,35 @@ def test_importing_pipeline_stays_light():
     assert "evaluate" in proc.stdout and np.isfinite(1.0)
 
 
-def test_pipeline_compare_is_the_command_and_the_function_whichever_is_imported_first():
-    # Python binds an imported submodule to the package's attribute of its name: the command
-    # module pipeline.compare must stay callable as the API function after it is imported.
-    code = ("import importlib, sys, pipeline; order = sys.argv[1]\n"
-            "first = importlib.import_module('pipeline.compare') if order == 'command' else pipeline.compare\n"
-            "from pipeline import compare\n"
-            "assert compare is pipeline.compare is sys.modules['pipeline.compare'] is first\n"
-            "assert callable(compare) and callable(compare.main)\n"
-            "print(compare.__call__.__doc__ is None)")
-    for order in ("command", "api"):
-        proc = subprocess.run([sys.executable, "-c", code, order], cwd=REPO, env=ENV, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 0, proc.stderr
+def test_pipeline_compare_is_a_plain_function_with_its_own_signature_and_docstring():
+    # It was the command module, its class swapped to be callable: signature (*args, **kwargs),
+    # the command's docstring, no pickling. The command is pipeline.cli.compare now.
+    import importlib
+    import inspect
+    import pickle
+
+    from pipeline.api.jobs import compare as api_compare
+
+    assert pipeline.compare is api_compare and inspect.isfunction(pipeline.compare)
+    params = inspect.signature(pipeline.compare).parameters
+    assert list(params)[:3] == ["systems", "metrics", "baseline"] and "margin" in params
+    assert "``systems``: a ``{name: system}`` dict" in pipeline.compare.__doc__  # the API's, not the command's
+    assert pickle.loads(pickle.dumps(pipeline.compare)) is api_compare
+    with pytest.raises(ImportError, match=r"pipeline\.cli\.compare"):
+        importlib.import_module("pipeline.compare")  # the old command's module is not importable
+    assert pipeline.compare is api_compare  # a failed import binds nothing
+
+
+def test_old_command_spelling_still_runs_and_leaves_pipeline_compare_the_function():
+    code = ("import runpy, sys, pipeline\n"
+            "sys.argv = ['pipeline.compare', '--help']\n"
+            "try:\n    runpy.run_module('pipeline.compare', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as stop:\n    assert stop.code == 0, stop.code\n"
+            "from pipeline.api.jobs import compare\n"
+            "assert pipeline.compare is compare, pipeline.compare\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m pipeline.cli compare" in proc.stdout
 
 
 def test_pipeline_compare_called_equals_the_api_function(tmp_path):

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import judgments as judgments_command
-from pipeline import pool as pool_command
+from pipeline.cli import judgments as judgments_command
+from pipeline.cli import pool as pool_command
 from pipeline.errors import InputError
 from pipeline.io.collection import load_beir
 from pipeline.io.formats import read_qrels

@@ -12,7 +12,6 @@ overall best. Jobs run on the bundled sample with ``tracking=none`` (a second ea
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -24,11 +23,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.cli import compare as compare_command
 from pipeline.comparison import build_report, load_systems
 
 pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
 
-compare_command = importlib.import_module("pipeline.compare")  # the module: the package also has a compare name
 
 ROOT = Path(__file__).resolve().parents[2]
 QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"

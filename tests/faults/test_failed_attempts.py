@@ -97,7 +97,7 @@ def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_p
 def test_lock_files_and_a_store_inside_the_folder_are_not_logged(job, tmp_path, monkeypatch, capsys):
     from mlflow import MlflowClient
 
-    from pipeline.sync import main
+    from pipeline.cli.sync import main
 
     results = tmp_path / "results"
     shutil.copytree(job, results)

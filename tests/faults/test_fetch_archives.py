@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import fetch as command
+from pipeline.cli import fetch as command
 from pipeline.errors import InputError
 from pipeline.io import fetch
 

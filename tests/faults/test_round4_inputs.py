@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import compare as compare_command
-from pipeline import index as index_command
-from pipeline import judgments as judgments_command
-from pipeline import pool as pool_command
-from pipeline import score as score_command
+from pipeline.cli import compare as compare_command
+from pipeline.cli import index as index_command
+from pipeline.cli import judgments as judgments_command
+from pipeline.cli import pool as pool_command
+from pipeline.cli import score as score_command
 from pipeline.errors import InputError, bounded_int
 from pipeline.io import results as res
 from pipeline.comparison.systems import read_per_query
@@ -220,7 +220,7 @@ def _record(metric: float) -> dict:
 
 @pytest.mark.parametrize("value, shown", [(float("nan"), "NaN"), (float("inf"), "Infinity")])
 def test_sync_refuses_a_record_with_a_nan_metric(value, shown, tmp_path, capsys):
-    from pipeline.sync import main
+    from pipeline.cli.sync import main
 
     results = tmp_path / "job" / "results"
     results.mkdir(parents=True)

@@ -55,7 +55,7 @@ def _job(tree: Path) -> Path:
 @pytest.fixture
 def sync(capsys, monkeypatch, tmp_path):
     """``python -m pipeline.sync ARGS`` in this process, run from an empty folder ``elsewhere``."""
-    from pipeline.sync import main
+    from pipeline.cli.sync import main
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -145,7 +145,7 @@ FULL_DISK = textwrap.dedent(
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
     import mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
     from pipeline import tracking
-    from pipeline.sync import main
+    from pipeline.cli.sync import main
     job, db = sys.argv[1], sys.argv[2]
     tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
     room = os.path.getsize(db)  # not a byte more for the store

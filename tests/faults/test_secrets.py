@@ -153,8 +153,8 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(auth_server, tmp_path
 
     # Every other command that takes a tracking URI, in this process (issue 33): sync and
     # compare --log, to a new run in "compare" and to the sweep's parent run.
-    from pipeline.compare import main as compare
-    from pipeline.sync import main as sync
+    from pipeline.cli.compare import main as compare
+    from pipeline.cli.sync import main as sync
 
     capsys.readouterr()
     assert sync([str(tmp_path / "job"), "--tracking-uri", uri_with_password]) == 0

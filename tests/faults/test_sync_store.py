@@ -46,7 +46,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def sync(capsys):
     """``python -m pipeline.sync ARGS`` in this process (mlflow is imported once): a result
     with ``returncode``, ``stdout`` and ``stderr``."""
-    from pipeline.sync import main
+    from pipeline.cli.sync import main
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         capsys.readouterr()

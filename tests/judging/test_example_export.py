@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from pipeline import judgments as command
+from pipeline.cli import judgments as command
 from pipeline.io.formats import read_qrels
 from pipeline.judging import judgments as jd
 
@@ -110,10 +110,10 @@ def test_the_reading_line_of_the_example(judged):
 def test_the_page_shows_what_the_command_prints_on_the_example(tmp_path, monkeypatch, capsys):
     page = PAGE.read_text(encoding="utf-8")
     assert "](examples/labelstudio_export.json)" in page
-    command_line, shown = re.search(r"```bash\n(python -m pipeline\.judgments docs/examples/\S+ --out (\S+))\n```\n\n"
+    command_line, shown = re.search(r"```bash\n(python -m pipeline\.cli judgments docs/examples/\S+ --out (\S+))\n```\n\n"
                                     r"```\n(.*?)```", page, re.S).group(1, 3)
     monkeypatch.chdir(tmp_path)  # the page's --out is relative: write it under tmp_path
-    argv = command_line.split()[3:]
+    argv = command_line.split()[4:]
     argv[0] = str(REPO / argv[0])
     assert command.main(argv) == 0
     assert capsys.readouterr().out == shown

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from pipeline import judgments as command
+from pipeline.cli import judgments as command
 from pipeline.io.formats import read_qrels
 from pipeline.judging import judgments as jd
 

@@ -17,8 +17,8 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import lsserver
-from pipeline import judgments as judgments_command
-from pipeline import pool as pool_command
+from pipeline.cli import judgments as judgments_command
+from pipeline.cli import pool as pool_command
 from pipeline.io.formats import read_qrels
 from pipeline.judging import labelstudio
 

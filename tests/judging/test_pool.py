@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline import pool as command
+from pipeline.cli import pool as command
 from pipeline.io.collection import SAMPLE_DIR
 from pipeline.io.formats import read_qrels
 from pipeline.judging import pool as pl

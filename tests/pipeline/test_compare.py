@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from pipeline import compare as compare_command
+from pipeline.cli import compare as compare_command
 from pipeline import comparison as compare
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -69,10 +69,10 @@ def test_the_app_help_lists_groups_options_launchers_sweepers_and_examples():
     listed = lambda title: re.findall(r"^(\w+)\s{2,}", text.split(f"== {title}")[1].split("==")[1], re.M)  # noqa: E731
     assert sorted(listed("Launchers")) == sorted(launchers)
     assert sorted(listed("Sweepers")) == sorted(sweepers)
-    assert "== Examples ==" in text and "python -m pipeline.fetch" in text and "k: 10" in text  # $CONFIG
-    # every command module (a pipeline/*.py with a main() besides the app's own modules) is listed
-    commands = sorted(p.stem for p in (REPO / "pipeline").glob("*.py")
-                      if "\ndef main(" in p.read_text() and p.stem not in ("__main__", "job"))
+    assert "== Examples ==" in text and "python -m pipeline.cli fetch" in text and "k: 10" in text  # $CONFIG
+    # every command module (a pipeline/cli/*.py with a main()) is listed
+    commands = sorted(p.stem for p in (REPO / "pipeline" / "cli").glob("*.py")
+                      if "\ndef main(" in p.read_text() and p.stem not in ("__main__", "runner"))
     assert len(commands) >= 7, commands
     assert sorted(listed("Other commands")) == commands
 

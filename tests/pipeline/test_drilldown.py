@@ -194,7 +194,7 @@ def test_the_mlflow_table_has_the_drill_down_columns(job, store):
 
 
 def test_score_per_query_with_corpus_prints_the_drill_down(job, reference, capsys):
-    from pipeline.score import main
+    from pipeline.cli.score import main
 
     assert main([str(QRELS), str(job / "run.trec"), "--per-query", "--corpus", str(CORPUS), "--k", "5,10"]) == 0
     out = capsys.readouterr().out
@@ -214,7 +214,7 @@ def test_score_per_query_with_corpus_prints_the_drill_down(job, reference, capsy
 
 
 def test_score_per_query_json_and_without_corpus(job, reference, capsys):
-    from pipeline.score import main
+    from pipeline.cli.score import main
 
     assert main([str(QRELS), str(job / "run.trec"), "--per-query", "--json", "--k", "10"]) == 0
     payload = json.loads(capsys.readouterr().out)
@@ -235,7 +235,7 @@ def test_score_per_query_json_and_without_corpus(job, reference, capsys):
 
 
 def test_score_bad_corpus_is_one_line_exit_2(tmp_path, job, capsys):
-    from pipeline.score import main
+    from pipeline.cli.score import main
 
     bad = tmp_path / "corpus.jsonl"
     bad.write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": \n')

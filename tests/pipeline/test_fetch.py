@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import fetch as fetch_command
+from pipeline.cli import fetch as fetch_command
 from pipeline.io import fetch
 
 REPO = Path(__file__).resolve().parents[2]

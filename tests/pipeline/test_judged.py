@@ -302,7 +302,7 @@ RUN = "q1 Q0 d2 1 9.5 t\nq1 Q0 d7 2 9.0 t\nq1 Q0 d4 3 8.5 t\nq1 Q0 d1 4 8.0 t\nq
 
 
 def test_scorer_reports_judged_and_bpref_and_takes_judged_only(tmp_path, capsys):
-    from pipeline.score import main
+    from pipeline.cli.score import main
 
     qrels, run = tmp_path / "qrels.txt", tmp_path / "run.txt"
     qrels.write_text(QRELS)

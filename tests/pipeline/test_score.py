@@ -14,7 +14,7 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.io.formats import read_qrels, read_run, write_run
 from pipeline.io.scored import score_files
-from pipeline.score import main
+from pipeline.cli.score import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

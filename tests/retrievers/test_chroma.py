@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import adapters_fixtures
-from pipeline import index as index_command
+from pipeline.cli import index as index_command
 from pipeline.errors import InputError
 from pipeline.metrics import evaluate
 from retrievers.chroma import ChromaRetriever, connect

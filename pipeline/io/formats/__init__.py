@@ -28,7 +28,7 @@ and UTF-8 cannot encode). The file is written to a temporary name and renamed: a
 write leaves nothing behind.
 
 Tie rules: the order of a query's documents whose scores are equal. Every consumer of a run
-(``python -m pipeline.score --tie-break``, ``retriever=run_file``'s ``tie_break``) uses
+(``python -m pipeline.cli score --tie-break``, ``retriever=run_file``'s ``tie_break``) uses
 these names; all sort by score descending first, then by
 
 - ``file_order``: the run file's line order (old name in the scorer: ``score``);

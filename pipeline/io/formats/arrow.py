@@ -3,7 +3,7 @@ reader (pyarrow's CSV reader) and the checks (:func:`clean_ids`, ...) that tell 
 may differ from the line-by-line rule (:func:`split_fields`, :func:`field_lines`).
 
 pyarrow's own ``to_numpy``, ``fill_null`` and ``pa.array(ndarray)`` import pandas on first
-use, a cost every ``python -m pipeline.score`` would pay for nothing: numbers are read from
+use, a cost every ``python -m pipeline.cli score`` would pay for nothing: numbers are read from
 an array's data buffer instead, strings go through Python objects, and anything else takes
 pyarrow's own way. ``tests/test_lazy_imports.py`` checks that the results are pyarrow's.
 """
