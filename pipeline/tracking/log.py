@@ -237,7 +237,7 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSe
         parent = sweep_parent(settings, record, results)
 
         def track_time(mlflow_client: MlflowClient, run_id: str) -> None:
-            mlflow_client.log_metric(run_id, mapping.timing_key("track"), time.perf_counter() - start)
+            mlflow_client.log_metric(run_id, mapping.TRACK_TIME, time.perf_counter() - start)
 
         run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time, exp_id=exp_id)
         res.write_marker(results, key, run_id, exp_id)

@@ -95,6 +95,10 @@ def timing_key(stage: str) -> str:
     return f"time_{stage}_s"
 
 
+#: The one metric the logger adds itself: how long logging took (``pipeline.tracking.log``).
+TRACK_TIME = timing_key("track")
+
+
 def data_key(name: str) -> str:
     """``data_empty_docs``: a count of the collection's loader report."""
     return f"data_{name}"
@@ -276,7 +280,7 @@ def run_tags(run: RunRecord, parent_run_id: str | None, table_file: str) -> dict
     tags = dict(run.tags)
     if parent_run_id:
         tags[TAG_PARENT] = parent_run_id
-    if run.table is not None:
+    if run.table is not None or run.table_columns:
         tags[TAG_LOGGED_ARTIFACTS] = table_tag(table_file)
     return tags
 
