@@ -36,6 +36,7 @@ from pipeline.errors import InputError, Interrupted, PipelineError, StoreError, 
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.metrics import FULL_DEPTH, metric_key
+from pipeline.tracking import mapping
 from retrievers.cost import describe as describe_cost
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,8 @@ def job_context(runs_dir: str | Path = "outputs/runs") -> JobContext:
 def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
-    timings[f"time_{stage}_s"] = time.perf_counter() - start
-    log.info("%s: %.2f s", stage, timings[f"time_{stage}_s"])
+    timings[mapping.timing_key(stage)] = time.perf_counter() - start
+    log.info("%s: %.2f s", stage, timings[mapping.timing_key(stage)])
 
 
 def run(cfg: DictConfig) -> float:
@@ -104,7 +105,7 @@ def run(cfg: DictConfig) -> float:
     chunk_start = time.perf_counter()
     stage = stages.chunk(settings, collection)  # None for chunker=none without a budget
     if stage is not None:
-        timings["time_chunk_s"] = time.perf_counter() - chunk_start
+        timings[mapping.timing_key("chunk")] = time.perf_counter() - chunk_start
     with _timed(timings, "retrieve"):
         retrieved = stages.retrieve_documents(settings, collection, stage)
     with _timed(timings, "place"):
@@ -119,7 +120,7 @@ def run(cfg: DictConfig) -> float:
     with _timed(timings, "write"):
         results = stages.write_results(ctx.output_dir, settings, collection, retrieved, placement, scores, stage,
                                        run_name)
-    timings["time_total_s"] = time.perf_counter() - start
+    timings[mapping.timing_key("total")] = time.perf_counter() - start
     record = _record(settings, ctx, collection, retrieved, scores, run_name, names, sweep, timings, started_at)
     res.write_record(results, record)  # last: from here on the folder is complete and can be logged
     if brief:
@@ -148,25 +149,29 @@ def job_line(job_num: int | None, run_name: str, k: int, objective: str, metrics
 def _record(settings: Settings, ctx: JobContext, collection: Collection, retrieved: stages.Retrieved,
             scores: stages.Scores, run_name: str, names: dict[str, str], sweep: dict[str, str] | None,
             timings: dict[str, float], started_at: float) -> dict[str, Any]:
-    """What the job's MLflow run holds (``pipeline.io.results``: any process can log it from this)."""
+    """The job's record (``pipeline.io.results``): what it computed and how it was launched,
+    under the names ``pipeline.tracking.mapping`` gives them; the same mapping turns it into
+    the MLflow run, so any process can log the job from it."""
     ranking = retrieved.ranking
+    launch = mapping.Launch(ctx.overrides, names, retrieved.cache_hit, (sweep or {}).get("sweep_id"), ctx.job_num,
+                            bool(ctx.searched), _git_commit())
     return {
         "format": res.RECORD_FORMAT,
         "job_key": uuid.uuid4().hex,
         "experiment": settings.experiment or collection.name,
         "run_name": run_name,
         "params": {key: tracking.redact(value) for key, value in config.flatten(config.resolved(settings.config)).items()},
-        "metrics": {**scores.metrics, **timings, **{f"data_{k}": float(v) for k, v in collection.report.items()},
-                    **retrieved.report},  # e.g. chroma_recall_at_k, external_failed_queries, run_unknown_docs
-        "curves": {f"curve/{family}": values.tolist() for family, values in scores.curves.items()},
-        **({"stepped": scores.stepped} if scores.stepped else {}),  # budget curves, step = B tokens
-        "tags": {**_tags(ctx, names, retrieved.cache_hit, sweep), "judged_only": str(settings.judged_only).lower(),
-                 **cost_tags(retrieved.cost)},
+        "metrics": mapping.record_metrics(scores.metrics, timings, collection.report, retrieved.report),
+        "curves": mapping.record_curves(scores.curves),
+        **({"stepped": mapping.record_stepped(scores.stepped)} if scores.stepped else {}),  # step = B tokens
+        "tags": mapping.job_tags(launch, settings.judged_only, retrieved.cost),
         # Cost metrics (latency, throughput, index): logged as MLflow metrics, kept apart from the
         # quality metrics above so that no comparison or sweep treats them as one (retrievers.cost).
         **({"cost": retrieved.cost} if retrieved.cost else {}),
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
-        "table_columns": stages.per_query_columns(scores.ev, settings.k) if settings.log_per_query_table else None,
+        "table_columns": mapping.table_columns(
+            [*(f"{family}_at_{settings.k}" for family in scores.ev.families()), *scores.ev.full, "n_relevant",
+             "evaluated"], settings.k) if settings.log_per_query_table else None,
         "start_time_ms": int(started_at * 1000),
         "k": settings.k,
         "objective": settings.objective,
@@ -174,19 +179,6 @@ def _record(settings: Settings, ctx: JobContext, collection: Collection, retriev
         "sweep": sweep,
         "tracking": None if settings.store is None else settings.store.as_dict(),
     }
-
-
-def cost_tags(cost: dict[str, Any]) -> dict[str, str]:
-    """The run's tags of its cost summary: where the latency comes from (``measured``,
-    ``cache``, ``not measured``), how (``per_query``, ``batch_share``) and the machine."""
-    if not cost:
-        return {}
-    tags = {"cost.latency_source": str(cost.get("latency_source", ""))}
-    if cost.get("latency_mode"):
-        tags["cost.latency_mode"] = str(cost["latency_mode"])
-    for key, value in (cost.get("machine") or {}).items():
-        tags[f"cost.machine.{key}"] = str(value)
-    return tags
 
 
 def _sweep_info(ctx: JobContext) -> dict[str, str] | None:
@@ -212,24 +204,6 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
-
-
-def _tags(ctx: JobContext, names: dict[str, str], cache_hit: bool, sweep: dict[str, str] | None) -> dict[str, str]:
-    tags = {
-        tracking.TAG_OVERRIDES: " ".join(ctx.overrides),
-        "ranking_cache": "hit" if cache_hit else "miss",
-        **{f"choice.{g}": n for g, n in names.items()},
-    }
-    if sweep:
-        tags[tracking.TAG_SWEEP] = sweep["sweep_id"]
-    if ctx.job_num is not None:
-        tags["job_num"] = str(ctx.job_num)
-    if ctx.searched:
-        tags["optuna_trial"] = str(ctx.job_num)
-    if commit := _git_commit():
-        tags[tracking.TAG_GIT] = commit
-        tags["mlflow.source.git.commit"] = commit
-    return tags
 
 
 def _track(settings: tracking.StoreSettings, results: Path, run_name: str, experiment: str,

@@ -346,13 +346,6 @@ def objective_ci(ev: Evaluation, objective: str, seed: int, k: int | None = None
 _CI_MEMO: dict[tuple, tuple[float, float]] = {}
 
 
-def per_query_columns(ev: Evaluation, k: int) -> list[str]:
-    """The per-query table at k (the UI's table view; the full table is an artifact), with
-    the drill-down's columns (``pipeline.io.drilldown.table_columns``)."""
-    return drilldown.table_columns(
-        [*[f"{family}_at_{k}" for family in ev.families()], *ev.full, "n_relevant", "evaluated"], k)
-
-
 # --------------------------------------------------------------------------- write
 
 

@@ -20,7 +20,8 @@ from pipeline.context.placement import context_utility
 from pipeline.io import results as res
 from pipeline.metrics import Qrels, grade_matrix, ideal_matrix
 
-#: Context metrics logged per budget B as ``<name>_budget_<B>`` and stepped ``budget/<name>`` (step = B).
+#: Context metrics logged per budget B as ``<name>_budget_<B>`` and stepped ``budget/<name>`` (step = B;
+#: the name is ``pipeline.tracking.mapping.budget_key``'s).
 BUDGET_METRICS = ("context_precision", "context_recall", "context_utility", "relevant_token_share", "n_chunks",
                   "tokens")
 
@@ -87,15 +88,16 @@ def context_scores(stage: ChunkStage, ev: Any, chunk_idx: NDArray[np.integer], q
 def budget_scores(stage: ChunkStage, ev: Any, chunk_idx: NDArray[np.integer], qrels: Any, relevance_level: int,
                   strategy: Any, curve: Any, gain: str) -> tuple[dict[str, float], dict[str, dict[str, float]],
                                                                  dict[int, dict[str, NDArray[np.float64]]]]:
-    """Per budget B: the means over evaluated queries as ``<name>_budget_<B>``, the stepped
-    curves ``budget/<name>`` ({B: mean}) and the per-query values."""
+    """Per budget B: the means over evaluated queries as ``<name>_budget_<B>``, the curves
+    ``{name: {B: mean}}`` (the record names them ``budget/<name>``: ``pipeline.tracking.mapping``)
+    and the per-query values."""
     docs = stage.chunk_docs(chunk_idx)
     grades = np.maximum(grade_matrix(docs, qrels), 0)
     tokens = stage.chunk_tokens(chunk_idx)
     ideal = chunk_ideal(stage, qrels, len(docs), max(docs.shape[1], 1))
     mask = ev.evaluated
     flat: dict[str, float] = {}
-    stepped: dict[str, dict[str, float]] = {f"budget/{name}": {} for name in BUDGET_METRICS}
+    stepped: dict[str, dict[str, float]] = {name: {} for name in BUDGET_METRICS}
     per_query: dict[int, dict[str, NDArray[np.float64]]] = {}
     for budget in stage.budgets:
         values = chunking.budget_metrics(docs, grades, tokens, ideal, ev.n_relevant, budget, relevance_level,
@@ -104,7 +106,7 @@ def budget_scores(stage: ChunkStage, ev: Any, chunk_idx: NDArray[np.integer], qr
         for name in BUDGET_METRICS:
             mean = float(values[name][mask].mean()) if mask.any() else 0.0
             flat[f"{name}_budget_{budget}"] = mean
-            stepped[f"budget/{name}"][str(budget)] = mean
+            stepped[name][str(budget)] = mean
     return flat, stepped, per_query
 
 

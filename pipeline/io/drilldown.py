@@ -69,14 +69,6 @@ def column_names(k: int) -> list[str]:
     return ["query", "first_relevant_rank", f"judged_at_{k}", f"top_{k}"]
 
 
-def table_columns(columns: Sequence[str], k: int) -> list[str]:
-    """The UI table's columns: ``query_id``, ``query``, R (``n_relevant``), the first relevant
-    rank and ``judged_at_<k>`` first, then ``columns`` (metrics), the top k last (a wide cell)."""
-    lead = ["query_id", "query", *(["n_relevant"] if "n_relevant" in columns else []), "first_relevant_rank",
-            f"judged_at_{k}"]
-    return lead + [c for c in columns if c not in lead] + [f"top_{k}"]
-
-
 def with_columns(table: dict[str, Any], drill: "DrillDown") -> dict[str, Any]:
     """``table`` (columns, ``query_id`` first) with the drill-down's columns: ``query`` right
     after ``query_id``, the others at the end. A column the table has already (e.g. a

@@ -3,8 +3,9 @@
 A job writes everything it computed under ``<job folder>/results/`` before MLflow sees any
 of it, and writes ``record.json`` last: a results folder with a record is complete. The
 record holds everything tracking logs (params, metrics, curves, tags, dataset input,
-timings, run name, sweep), so any process can log the job from the folder alone, today or
-after the job's process was killed. Every file is written to a temporary name in the same
+timings, run name, sweep), under the names ``pipeline.tracking.mapping`` gives them, and that
+one mapping turns it into the MLflow run, so any process can log the job from the folder
+alone, today or after the job's process was killed. Every file is written to a temporary name in the same
 folder and renamed (``os.replace``), so a reader never sees half a file.
 
 =====================  ==========================================================  ==============

@@ -206,13 +206,39 @@ def unevaluable(qrels: Qrels, n_queries: int, relevance_level: int) -> str | Non
             "from no query (lower relevance_level, or check the qrels)")
 
 
+#: What every metric shares: grades, relevance, R, judged (``{level}``: the relevance level, as
+#: the card or docs/metrics.md states it). Written here once, with :data:`MEANS` and :data:`TABLE`'s definitions:
+#: every run's ``definition_card.md`` and docs/metrics.md are generated from them
+#: (``tests/pipeline/test_metric_docs.py``).
+GRADES = """Grades are the integers of the qrels; unjudged documents have grade 0; negative grades
+count as 0. A document is relevant when grade >= {level}.
+rel_i is the grade at rank i (1-based); R is the number of relevant judged documents
+(judged documents missing from the corpus included, as trec_eval counts them). A document
+is judged for a query when the qrels give it a grade >= 0 for that query (0 included); a
+negative grade marks a document in the pool but not judged (trec_eval's convention) and
+counts as unjudged."""
+
+#: Which queries a mean is over (a bullet of the card and of docs/metrics.md).
+MEANS = """Means are over the queries with at least one relevant document (`n_queries`); judged
+queries without one are left out and counted (`n_queries_no_relevant`). A judged query
+that retrieved nothing scores 0."""
+
+
+def definitions_table(gain_text: str, sources: bool = False) -> str:
+    """The families of :data:`TABLE` as a Markdown table (``| key | definition |``, and the
+    ``source`` column with ``sources``), ``{gain}`` in a definition replaced by ``gain_text``."""
+    head = "| key | definition | source |\n|---|---|---|" if sources else "| key | definition |\n|---|---|"
+    rows = [f"| `{f.key}` | {f.definition.format(gain=gain_text)} |" + (f" {f.source} |" if sources else "")
+            for f in TABLE]
+    return "\n".join([head, *rows])
+
+
 def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only: bool = False,
                     k: int = JUDGED_WARN_K) -> str:
     """The metric definitions a run used, as Markdown, logged with every run and built from
     :data:`TABLE` so the card and the code cannot drift. ``k``: the run's k, the cut-off of its
     judged-coverage warning (:func:`judged_warning`)."""
     gain_text = "2^rel - 1 (`gain: exp`)" if gain == "exp" else "rel (`gain: linear`, as trec_eval)"
-    rows = "\n".join(f"| `{f.key}` | {f.definition.format(gain=gain_text)} |" for f in TABLE)
     if judged_only:
         lists = ("**This run scored condensed lists (`judged_only: true`)**: unjudged documents were removed "
                  "from each ranking before scoring (Sakai 2007; trec_eval `-J`, pytrec_eval "
@@ -225,17 +251,9 @@ def definition_card(gain: Gain, relevance_level: int, tie_rule: str, judged_only
                  "Sakai 2007; trec_eval `-J`).")
     return f"""# Metric definitions used by this run
 
-Grades are the integers of the qrels; unjudged documents have grade 0; negative grades
-count as 0. A document is relevant when grade >= {relevance_level} (`relevance_level`).
-rel_i is the grade at rank i (1-based); R is the number of relevant judged documents
-(judged documents missing from the corpus included, as trec_eval counts them). A document
-is judged for a query when the qrels give it a grade >= 0 for that query (0 included); a
-negative grade marks a document in the pool but not judged (trec_eval's convention) and
-counts as unjudged.
+{GRADES.format(level=f"{relevance_level} (`relevance_level`)")}
 
-| key | definition |
-|---|---|
-{rows}
+{definitions_table(gain_text)}
 
 - {lists}
 - A run warns when the mean `judged_at_{k}` is below {JUDGED_WARN_BELOW}: unjudged documents in
@@ -257,9 +275,7 @@ counts as unjudged.
   documents in the context / R), `relevant_token_share_budget_B` (tokens of chunks from relevant
   documents / tokens in the context; 0 when empty), `context_utility_budget_B` (as
   `context_utility_at_K` with K = n); each also a stepped metric `budget/<name>` with step = B.
-- Means are over the queries with at least one relevant document (`n_queries`); judged
-  queries without one are left out and counted (`n_queries_no_relevant`). A judged query
-  that retrieved nothing scores 0.
+- {MEANS.replace(chr(10), chr(10) + "  ")}
 - Order: {tie_rule}
 - With `gain: linear` the numbers equal trec_eval (`P_K`, `recall_K`, `ndcg_cut_K`,
   `map_cut_K`, `recip_rank`, `map`, `bpref`; with `judged_only`, the same under `-J`); with

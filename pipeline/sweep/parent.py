@@ -10,6 +10,7 @@ from typing import Any
 from pipeline import tracking
 from pipeline.comparison.systems import parse_overrides
 from pipeline.io import results as res
+from pipeline.tracking import mapping
 from pipeline.sweep.table import ci_columns, markdown_table, n_tied_with_best
 
 def log_to_parent(sweep_dir: Path, info: dict[str, Any], settings: tracking.StoreSettings, out: Path, table: Any,
@@ -74,18 +75,11 @@ def sweep_description(name: str, experiment: str, objective: str, table: Any, be
 
 def best_on_parent(best: Any, objective: str, table: Any, twins: list[str] = ()) -> tuple[dict[str, str],
                                                                                           dict[str, float]]:
-    """The best job (a row of ``table``, or None: no tags) as the parent run's tags and metrics.
-    ``best.<override>`` only for the settings the jobs identical to it (``twins``) share: the
-    objective cannot tell their other settings apart."""
+    """The best job (a row of ``table``, or None: no tags) as the parent run's tags and metrics
+    (``mapping.parent_best``). ``best.<override>`` only for the settings the jobs identical to
+    it (``twins``) share: the objective cannot tell their other settings apart."""
     if best is None:
         return {}, {}
     same = [parse_overrides(str(o)) for o in table.loc[table["run_name"].isin(twins), "overrides"]]
-    tags = {"best_run_name": str(best["run_name"]), "best_run_id": str(best["run_id"]),
-            **{f"best.{k}": v for k, v in parse_overrides(str(best["overrides"])).items()
-               if not k.startswith(("paths.", "tracking.", "hydra.")) and all(o.get(k) == v for o in same)}}
-    if "optuna_trial" in table.columns:
-        tags["best_optuna_trial"] = str(best["optuna_trial"])
-    metrics = {f"best_{col}": float(best[col]) for col in (objective, *ci_columns(objective)) if col in table.columns}
-    if "tied_with_best" in table.columns:
-        metrics["n_tied_with_best"] = float(table["tied_with_best"].sum())
-    return tags, metrics
+    n_tied = table["tied_with_best"].sum() if "tied_with_best" in table.columns else None
+    return mapping.parent_best(objective, best, parse_overrides(str(best["overrides"])), same, n_tied)

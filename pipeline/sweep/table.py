@@ -11,6 +11,7 @@ from pipeline import figures as plots
 from pipeline import tracking
 from pipeline.comparison.systems import parse_overrides
 from pipeline.io import results as res
+from pipeline.tracking import mapping
 
 #: Families compared at each k used in the sweep (with the objective, mrr and map).
 _FAMILIES = ("ndcg", "precision", "recall", "context_utility")
@@ -38,8 +39,7 @@ def job_row(results: Path, record: dict[str, Any], settings: tracking.StoreSetti
     row: dict[str, Any] = {"run_name": record["run_name"], "run_id": marker["run_id"] if marker else "",
                            "status": "FINISHED" if marker or settings is None else "FAILED",
                            "overrides": record["tags"].get(tracking.TAG_OVERRIDES, ""), **record["metrics"]}
-    for family in ("ndcg", "context_utility"):  # each job at its own k
-        row[f"{family}_at_k"] = record["metrics"].get(f"{family}_at_{k}")
+    row.update(mapping.at_job_k(record["metrics"], k, ("ndcg", "context_utility")))  # each job at its own k
     row["tied_with_best"] = resolved(results.parent) in tied_folders or resolved(results) in tied_folders
     if "optuna_trial" in record["tags"]:
         row["optuna_trial"] = record["tags"]["optuna_trial"]
@@ -52,7 +52,7 @@ def job_curves(jobs: list[tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, A
     groups: dict[str, list[dict[str, Any]]] = {}
     for _, record in jobs:
         groups.setdefault(record.get("ranking_digest") or record["job_key"], []).append(record)
-    return {group_label(records, jobs): {name: records[0]["curves"].get(f"curve/{name}")
+    return {group_label(records, jobs): {name: records[0]["curves"].get(mapping.curve_key(name))
                                           for name in ("ndcg", "recall")} for records in groups.values()}
 
 
@@ -86,7 +86,7 @@ def sweep_table(rows: list[dict[str, Any]], jobs: list[tuple[Path, dict[str, Any
                     key=lambda c: (int(c.rsplit("_", 1)[-1]),
                                    _BUDGET_PREFIXES.index(c.rsplit("_budget_", 1)[0] + "_budget_")))
     wanted = [objective, *ci_columns(objective), "tied_with_best", "ndcg_at_k", "context_utility_at_k",
-              *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *budget, "time_total_s"]
+              *(f"{f}_at_{k}" for k in ks for f in _FAMILIES), "mrr", "map", *budget, mapping.timing_key("total")]
     keys = list(dict.fromkeys(c for c in wanted if c in table.columns and table[c].notna().all()))
     trial = ["optuna_trial"] if "optuna_trial" in table.columns else []
     scoring = ["scoring"] if "scoring" in table.columns else []

@@ -4,7 +4,8 @@ One process per command. A job computes, writes its results folder (``pipeline.i
 ``record.json`` last), then logs it itself, in its own process, with plain client calls:
 one MLflow run with the flattened resolved config as params, metrics and K-sweep curves in
 one batch, the collection as the run's dataset input, the per-query table, the folder as
-artifacts, and a description for the run's page. A Hydra multirun is one sweep: its parent
+artifacts, and a description for the run's page. What a run holds is decided in one place,
+``pipeline.tracking.mapping`` (the record -> MLflow mapping). A Hydra multirun is one sweep: its parent
 run is made in the launching process before any job starts, the jobs nest under it, and the
 launcher closes it with the sweep's summary when the sweep ends (``pipeline.sweep.summary``).
 
@@ -18,10 +19,10 @@ store or server is a :class:`TrackingError`; the results are already on disk.
 from __future__ import annotations
 
 from pipeline.tracking.credentials import CREDENTIAL_ENV, auth_refusal, http_status, redact, without_credentials
-from pipeline.tracking.log import (ADOPTED, ALREADY, FOLDER_LOCK_TIMEOUT_S, LOGGED, RunRecord, closed_run, discard_run,
+from pipeline.tracking.log import (ADOPTED, ALREADY, FOLDER_LOCK_TIMEOUT_S, LOGGED, closed_run, discard_run,
                                    finish_sweep, finished_run, log_folder, log_folder_artifacts, log_results, log_run,
-                                   log_table, recorded_uri, shown_params, start_sweep, sweep_dir_of, sweep_parent,
-                                   with_job_k)
+                                   log_table, recorded_uri, start_sweep, sweep_dir_of, sweep_parent)
+from pipeline.tracking.mapping import RunRecord, run_of, shown_params, with_job_k
 from pipeline.tracking.describe import (PUBLIC_ADVICE, coverage_warning, public_benchmark, run_description,
                                         sweep_coverage_warning)
 from pipeline.tracking.read import (COMPARE_EXPERIMENT, child_runs, download_artifact, experiment_runs, get_run_info,
@@ -35,7 +36,7 @@ from pipeline.tracking.store import (EXPERIMENT_KIND, STORE_LOCK_TIMEOUT_S, SWEE
 
 __all__ = [
     "ADOPTED", "ALREADY", "LOGGED", "PUBLIC_ADVICE", "VIEW_KEY", "coverage_warning", "public_benchmark",
-    "shown_params", "sweep_coverage_warning", "with_job_k",
+    "run_of", "shown_params", "sweep_coverage_warning", "with_job_k",
     "closed_run", "discard_run", "finished_run", "log_folder", "log_folder_artifacts",
     "sweep_dir_of", "without_credentials",
     "COMPARE_EXPERIMENT", "CREDENTIAL_ENV", "EXPERIMENT_KIND", "FOLDER_LOCK_TIMEOUT_S", "STORE_LOCK_TIMEOUT_S",

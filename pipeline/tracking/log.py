@@ -19,24 +19,22 @@ logged later by ``pipeline.sync`` finds (or makes) the parent in the store it lo
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError
 from pipeline.io import results as res
 from pipeline.tracking.credentials import redact
-from pipeline.tracking.describe import run_description
-from pipeline.tracking.store import (SWEEP_TABLE_FILE, TABLE_FILE, TAG_JOB_KEY, TAG_LOGGED_ARTIFACTS, TAG_NOTE,
-                                     TAG_PARENT, TAG_SWEEP, TAG_SWEEP_PARENT, StoreSettings,
-                                     TrackingError, client, ensure_store, experiment_id, retrying, runs_with_tags,
-                                     sqlite_path, table_tag, tracking_errors, writing)
+from pipeline.tracking import mapping
+from pipeline.tracking.mapping import RunRecord
+from pipeline.tracking.store import (SWEEP_TABLE_FILE, TABLE_FILE, TAG_JOB_KEY, TAG_SWEEP, TAG_SWEEP_PARENT,
+                                     StoreSettings, TrackingError, client, ensure_store, experiment_id, retrying,
+                                     runs_with_tags, sqlite_path, tracking_errors, writing)
 from pipeline.tracking.view import ensure_view
 
 if TYPE_CHECKING:
@@ -48,23 +46,6 @@ log = logging.getLogger(__name__)
 
 #: How long a logger waits for another one logging the same folder.
 FOLDER_LOCK_TIMEOUT_S = 300
-
-
-@dataclass
-class RunRecord:
-    """Everything one job logs (read from its record; see ``pipeline.io.results``)."""
-
-    experiment: str
-    run_name: str
-    params: dict[str, str]
-    metrics: dict[str, float]
-    curves: dict[str, Any]  # name -> values for K = 1..k_max (logged with step = K)
-    tags: dict[str, str]
-    artifacts_dir: Path  # every file below is logged, keeping the layout
-    dataset: dict[str, str]  # name, digest, source
-    table: pd.DataFrame | None = None  # shown in the UI through log_table
-    start_time_ms: int | None = None  # when the job started (the UI's duration)
-    stepped: dict[str, dict[str, float]] | None = None  # name -> {step: value}, e.g. budget/* with step = B tokens
 
 
 def log_table(mlflow_client: MlflowClient, run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
@@ -91,11 +72,7 @@ def log_run(settings: StoreSettings, record: RunRecord, parent_run_id: str | Non
         mlflow_client = client(settings)
         if exp_id is None:
             exp_id = retrying(lambda: experiment_id(mlflow_client, record.experiment, settings))
-        tags = dict(record.tags)
-        if parent_run_id:
-            tags[TAG_PARENT] = parent_run_id
-        if record.table is not None:  # what MlflowClient.log_table sets, set with the run (see log_table)
-            tags[TAG_LOGGED_ARTIFACTS] = table_tag(TABLE_FILE)
+        tags = mapping.run_tags(record, parent_run_id, TABLE_FILE)  # with log_table's tag (see log_table)
         run = retrying(lambda: mlflow_client.create_run(
             exp_id, run_name=record.run_name, tags=tags, start_time=record.start_time_ms))
         run_id = run.info.run_id
@@ -169,21 +146,15 @@ def discard_run(mlflow_client: MlflowClient, settings: StoreSettings, run_id: st
 
 
 def _contents(record: RunRecord) -> tuple[list[Metric], list[Param], DatasetInput]:
-    """The record's metrics (curves with step = K, stepped metrics with their steps), params, and
-    the collection as the run's evaluation dataset (name, content digest, source)."""
+    """The run's metric points, params and dataset input (``mapping``) as MLflow's entities."""
     from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
 
     now = int(time.time() * 1000)
-    metrics = [Metric(key, float(value), now, 0) for key, value in record.metrics.items()]
-    for name, values in record.curves.items():
-        metrics += [Metric(name, float(v), now, step) for step, v in enumerate(values, start=1)]
-    for name, points in (record.stepped or {}).items():
-        metrics += [Metric(name, float(v), now, int(step)) for step, v in points.items()]
-    source = record.dataset["source"]
-    dataset = Dataset(name=record.dataset["name"], digest=record.dataset["digest"][:36],
-                      source_type="local" if Path(source).exists() else "code", source=json.dumps({"uri": source}))
-    return (metrics, [Param(key, value[:6000]) for key, value in record.params.items()],
-            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")]))
+    metrics = [Metric(key, value, now, step) for key, value, step in mapping.metric_points(record)]
+    data = mapping.dataset_input(record)
+    dataset = Dataset(name=data["name"], digest=data["digest"], source_type=data["source_type"], source=data["source"])
+    return (metrics, [Param(key, value) for key, value in mapping.param_items(record)],
+            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", data["context"])]))
 
 
 #: What :func:`log_folder` did with a results folder.
@@ -266,7 +237,7 @@ def _log_results_locked(results: Path, record: dict[str, Any], settings: StoreSe
         parent = sweep_parent(settings, record, results)
 
         def track_time(mlflow_client: MlflowClient, run_id: str) -> None:
-            mlflow_client.log_metric(run_id, "time_track_s", time.perf_counter() - start)
+            mlflow_client.log_metric(run_id, mapping.TRACK_TIME, time.perf_counter() - start)
 
         run_id = log_run(settings, _record_of(results, record), parent, before_finish=track_time, exp_id=exp_id)
         res.write_marker(results, key, run_id, exp_id)
@@ -315,57 +286,17 @@ def _get_run(mlflow_client: MlflowClient, run_id: str) -> Any:
 
 
 def _record_of(results: Path, record: dict[str, Any]) -> RunRecord:
-    """What :func:`log_run` logs of a results folder: the record, its description, and the
-    per-query table's columns (``table_columns``) read from ``per_query.csv``."""
-    table = None
-    if columns := record.get("table_columns"):
+    """What :func:`log_run` logs of a results folder (:func:`mapping.run_of`), with the
+    per-query table: the columns the mapping names, read from ``per_query.csv``."""
+    run = mapping.run_of(record, results)
+    if columns := run.table_columns:
         import pyarrow.csv as pa_csv
 
         # Only the table's columns are parsed: per_query.csv has a column per metric and K.
         per_query = pa_csv.read_csv(results / "per_query.csv", convert_options=pa_csv.ConvertOptions(
             column_types={"query_id": "string"}, include_columns=list(columns)))
-        table = per_query.select(list(columns)).to_pandas()
-    return RunRecord(
-        experiment=record["experiment"], run_name=redact(record["run_name"]),
-        params={key: redact(value) for key, value in shown_params(record).items()},
-        metrics=with_job_k({**record["metrics"], **((record.get("cost") or {}).get("metrics") or {})}, record.get("k")),
-        curves=record["curves"], stepped=record.get("stepped"),
-        tags={TAG_NOTE: redact(run_description(record, results))[:8000],
-              **{key: redact(value) for key, value in record["tags"].items()}, TAG_JOB_KEY: record["job_key"]},
-        artifacts_dir=results, dataset=record["dataset"], table=table, start_time_ms=record["start_time_ms"],
-    )
-
-
-#: Config groups whose chosen option becomes a param of its own (from the record's ``choice.*`` tags).
-CHOICE_PARAMS = ("retriever", "reorder", "attention")
-#: Metric families also logged as ``<family>_at_k``: the value at the run's own k, so runs with
-#: different k share one column in the runs table (``pipeline.tracking.view``).
-AT_K_FAMILIES = ("ndcg", "precision", "recall", "context_utility")
-
-
-def shown_params(record: Mapping[str, Any]) -> dict[str, str]:
-    """The params a run logs: the flattened config without the keys that name Python objects
-    (``retriever._target_``, ``_partial_``: the same for every run of an option, noise in
-    MLflow's Compare view), plus the option chosen in each of :data:`CHOICE_PARAMS`
-    (``retriever=bm25``), which the Compare view can plot. ``config.yaml`` keeps every key."""
-    params = {key: value for key, value in record["params"].items()
-              if not any(part.startswith("_") for part in key.split("."))}
-    for group in CHOICE_PARAMS:
-        if (choice := record["tags"].get(f"choice.{group}")) and group not in params:
-            params[group] = str(choice)
-    return params
-
-
-def with_job_k(metrics: Mapping[str, float], k: Any) -> dict[str, float]:
-    """The metrics plus ``<family>_at_k`` (:data:`AT_K_FAMILIES`) for each family the run has at
-    its k, unless the run logged that name itself (a job-relative objective)."""
-    out = dict(metrics)
-    if k is None:
-        return out
-    for family in AT_K_FAMILIES:
-        if f"{family}_at_{int(k)}" in out:
-            out.setdefault(f"{family}_at_k", out[f"{family}_at_{int(k)}"])
-    return out
+        run.table = per_query.select(list(columns)).to_pandas()
+    return run
 
 
 def sweep_dir_of(results: Path, record: Mapping[str, Any]) -> Path | None:
@@ -424,12 +355,8 @@ def start_sweep(settings: StoreSettings, experiment: str, sweep_id: str, tags: M
             run_id = found[0].info.run_id
         else:
             run_name = redact(run_name or f"sweep {sweep_id}")
-            note = (f"**{run_name}**: a sweep, running; its jobs are nested under this run. When it "
-                    "ends, this description gives the best job and the summary is under `summary/`.\n")
-            run_id = mlflow_client.create_run(
-                exp_id, run_name=run_name, tags={TAG_SWEEP: sweep_id, TAG_SWEEP_PARENT: "true", TAG_NOTE: note,
-                                                 **{key: redact(value) for key, value in tags.items()}}
-            ).info.run_id
+            run_id = mlflow_client.create_run(exp_id, run_name=run_name,
+                                              tags=mapping.sweep_start_tags(sweep_id, run_name, tags)).info.run_id
         return {"sweep_id": sweep_id, "parent_run_id": run_id, "experiment_id": exp_id, "uri": settings.uri}
 
 
@@ -439,17 +366,14 @@ def finish_sweep(settings: StoreSettings, parent_run_id: str, summary_dir: Path,
     """Log the summary folder (table, figure), the table itself, the best job's tags and
     metrics and the sweep's ``description`` (markdown) to the parent run, then close it with
     ``status``."""
-    if description:
-        tags = {**(tags or {}), TAG_NOTE: redact(description)[:8000]}
-    if len(table):  # what MlflowClient.log_table sets, set with the batch below (see log_table)
-        tags = {**(tags or {}), TAG_LOGGED_ARTIFACTS: table_tag(SWEEP_TABLE_FILE)}
+    tags = mapping.parent_finish_tags(tags, description, SWEEP_TABLE_FILE if len(table) else None)
     with tracking_errors(f"cannot log the sweep summary to {settings.uri}", settings.uri), writing(settings):
         mlflow_client = client(settings)
         if tags or metrics:
             from mlflow.entities import Metric, RunTag
 
             now = int(time.time() * 1000)
-            mlflow_client.log_batch(parent_run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()],
+            mlflow_client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()],
                                     metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()])
         if len(table):
             log_table(mlflow_client, parent_run_id, table, SWEEP_TABLE_FILE)

@@ -10,7 +10,7 @@ button writes the same tag; ``mlflow/server/js/build``: ``sharedViewState``,
 ``ensure_view`` keeps that tag for :data:`~pipeline.tracking.store.VIEW_KEY` on every
 experiment a job logs to, and ``store.ui_url`` (every link a command prints) names it.
 
-The columns, those that answer the question first: the objective of the runs logged (the
+The columns (named in ``pipeline.tracking.mapping``), those that answer the question first: the objective of the runs logged (the
 latest), ``recall_at_k`` and ``mrr``, the objective's 95% CI, ``latency_p95_ms`` (the p95
 per-query retrieval latency), ``context_utility_at_k``
 (``pipeline.tracking.log`` logs the ``_at_k`` values at each run's own k, so runs with
@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from pipeline.tracking.mapping import RUNS_TABLE_CONTEXT, runs_table_metrics
 from pipeline.tracking.store import VIEW_KEY
 
 if TYPE_CHECKING:
@@ -34,13 +35,6 @@ if TYPE_CHECKING:
 
 #: The experiment tag that holds the view (MLflow's prefix, our key).
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-#: Headline metrics right after the objective, before its CI; ``_at_k``: the value at the run's own k.
-ANSWERS = ("recall_at_k", "mrr")
-#: Headline metrics after the objective's CI: the p95 retrieval latency first (cost next to
-#: quality: ``retrievers.cost``), then context utility at the run's k.
-MORE = ("latency_p95_ms", "context_utility_at_k")
-#: The columns after the headline: the run's k and the dataset input (name and digest).
-CONTEXT = ("params.`k`", "attributes.`Dataset`")
 #: At most this many columns (objectives of earlier runs are dropped first, oldest first).
 MAX_COLUMNS = 14
 
@@ -52,11 +46,14 @@ def column(kind: str, key: str) -> str:
     return f"{kind}.`{key}`"
 
 
+#: The columns after the headline: the run's k and the dataset input (name and digest).
+CONTEXT = tuple(column(kind, key) for kind, key in RUNS_TABLE_CONTEXT)
+
+
 def headline_columns(objective: str) -> list[str]:
-    """The metric columns of a run whose objective is ``objective``: it, recall_at_k and mrr,
-    its CI, latency_p95_ms, context_utility_at_k."""
-    keys = [objective, *ANSWERS, f"{objective}_ci_low", f"{objective}_ci_high", *MORE]
-    return [column("metrics", key) for key in dict.fromkeys(keys)]
+    """The metric columns of a run whose objective is ``objective`` (``mapping.runs_table_metrics``:
+    it, recall_at_k and mrr, its CI, latency_p95_ms, context_utility_at_k)."""
+    return [column("metrics", key) for key in runs_table_metrics(objective)]
 
 
 def _width(name: str) -> int:

@@ -13,6 +13,16 @@ change must reproduce them:
 - the MLflow params and metrics (curves as their steps), minus timings and the params that
   name where things are (paths, the store) or which Python object builds them (``_target_``:
   the module layout is what a refactor moves).
+
+The comparison has two parts (``tests/golden/test_golden.py``):
+
+- **strict**: every number and every value that ``expected/`` holds is produced again, numbers
+  to 1e-12 and files byte for byte (:func:`differences`, :func:`file_differences`); a key or a
+  file that ``expected/`` holds and the run no longer produces is an error;
+- **schema**: a key or a file that the run produces and ``expected/`` does not hold (a new
+  metric, a new tag, a new output) is allowed: it is listed (:func:`additions`,
+  :func:`new_files`) as a :class:`NewOutputs` warning in the test's output, never an error.
+  Adding a metric does not mean recording the golden outputs again.
 """
 
 from __future__ import annotations
@@ -239,15 +249,19 @@ def collect(root: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- comparing
 
 
+class NewOutputs(UserWarning):
+    """Keys or files the golden jobs produce that ``expected/`` does not hold: allowed, listed."""
+
+
 def differences(expected: Any, actual: Any, where: str = "", tol: float = TOLERANCE) -> list[str]:
-    """Where two normalized structures differ (numbers to ``tol``, everything else exactly)."""
+    """Where ``actual`` does not reproduce ``expected`` (the strict part): a value that differs
+    (numbers to ``tol``, everything else exactly) or a key of ``expected`` that ``actual``
+    lacks. A key only ``actual`` has is not a difference (:func:`additions` lists it)."""
     out: list[str] = []
     if isinstance(expected, dict) and isinstance(actual, dict):
-        for key in sorted(set(expected) | set(actual), key=str):
+        for key in sorted(expected, key=str):
             if key not in actual:
                 out.append(f"{where}/{key}: missing (expected {str(expected[key])[:80]})")
-            elif key not in expected:
-                out.append(f"{where}/{key}: unexpected ({str(actual[key])[:80]})")
             else:
                 out += differences(expected[key], actual[key], f"{where}/{key}", tol)
     elif isinstance(expected, list) and isinstance(actual, list):
@@ -263,6 +277,22 @@ def differences(expected: Any, actual: Any, where: str = "", tol: float = TOLERA
     elif expected != actual:
         out.append(f"{where}: {str(actual)[:120]!r}, expected {str(expected)[:120]!r}")
     return out
+
+
+def additions(expected: Any, actual: Any, where: str = "") -> list[str]:
+    """The keys ``actual`` has and ``expected`` does not (the schema part: allowed, listed), as
+    paths (``bm25/record/metrics/new_metric_at_10``), at any depth of dicts common to both."""
+    if not (isinstance(expected, dict) and isinstance(actual, dict)):
+        return []
+    out = [f"{where}/{key}" for key in sorted(set(actual) - set(expected), key=str)]
+    for key in sorted(set(actual) & set(expected), key=str):
+        out += additions(expected[key], actual[key], f"{where}/{key}")
+    return out
+
+
+def new_files(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
+    """The files produced that ``expected/`` does not hold (allowed, listed)."""
+    return sorted(set(actual) - set(expected))
 
 
 def _number(value: Any) -> bool:

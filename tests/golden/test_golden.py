@@ -1,9 +1,11 @@
 """The golden outputs (tests/golden/golden.py) are reproduced exactly: a refactor that
-changes a number is a bug."""
+changes a number is a bug. Strict for what ``expected/`` holds (a missing key or file is an
+error); what is new (a key, a file) is allowed and listed as a ``golden.NewOutputs`` warning."""
 
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 
 import pytest
@@ -40,10 +42,22 @@ def test_numbers_are_equal(produced, expected, entry):
 
 
 def test_files_are_equal(produced, expected):
-    assert sorted(produced["files"]) == sorted(expected["files"])
+    missing = sorted(set(expected["files"]) - set(produced["files"]))
+    assert not missing, f"expected files not produced: {missing}"
     diffs = [d for name, text in expected["files"].items()
              for d in golden.file_differences(name, text, produced["files"][name])]
     assert not diffs, "\n".join(diffs[:30])
+
+
+def test_what_is_new_is_listed(produced, expected, record_property):
+    """The schema part: keys and files produced that ``expected/`` does not hold are allowed;
+    they are listed (a warning in pytest's summary, and the test's ``new_outputs`` property)."""
+    new = golden.additions(expected["numbers"], produced["numbers"]) + [
+        f"file {name}" for name in golden.new_files(expected["files"], produced["files"])]
+    record_property("new_outputs", new)
+    if new:
+        warnings.warn(golden.NewOutputs(f"{len(new)} new key(s) or file(s), not in tests/golden/expected "
+                                        f"(allowed): {', '.join(new[:40])}{' ...' if len(new) > 40 else ''}"))
 
 
 def test_the_comparison_catches_a_changed_number(expected):
@@ -59,3 +73,24 @@ def test_the_comparison_catches_a_changed_number(expected):
     first = dense.splitlines()[0].split()
     bumped = " ".join([*first[:4], f"{float(first[4]) * (1 + 1e-7):.8f}", *first[5:]])
     assert not golden.file_differences("dense/run.trec", dense, dense.replace(dense.splitlines()[0], bumped, 1))
+
+
+def test_a_new_key_is_allowed_and_listed_and_a_missing_key_fails(expected):
+    """The schema part of the checker: a key or a file only the new run has is no difference
+    and is listed; a key or a file the expected outputs have and the run lacks is an error."""
+    import copy
+
+    before = expected["numbers"]["dense"]
+    grown = copy.deepcopy(before)
+    grown["record"]["metrics"]["new_metric_at_10"] = 0.5
+    grown["mlflow"]["tags"]["new.tag"] = "x"
+    assert golden.differences(before, grown, "dense") == []
+    assert golden.additions(before, grown, "dense") == ["dense/mlflow/tags/new.tag",
+                                                        "dense/record/metrics/new_metric_at_10"]
+    shrunk = copy.deepcopy(before)
+    del shrunk["mlflow"]["metrics"]["ndcg_at_10"]
+    assert golden.differences(before, shrunk, "dense") == [
+        f"dense/mlflow/metrics/ndcg_at_10: missing (expected {before['mlflow']['metrics']['ndcg_at_10']})"]
+    files = dict(expected["files"])
+    assert golden.new_files(expected["files"], {**files, "dense/new.md": "x"}) == ["dense/new.md"]
+    assert golden.new_files(expected["files"], files) == []

@@ -305,7 +305,9 @@ def test_failures_worst_first_and_none_message():
 
 
 def test_table_columns_keep_one_judged_column_and_put_the_top_k_last():
-    cols = drilldown.table_columns(["precision_at_5", "judged_at_5", "mrr", "n_relevant", "evaluated"], 5)
+    from pipeline.tracking.mapping import table_columns  # the UI table of the MLflow run
+
+    cols = table_columns(["precision_at_5", "judged_at_5", "mrr", "n_relevant", "evaluated"], 5)
     assert cols == ["query_id", "query", "n_relevant", "first_relevant_rank", "judged_at_5", "precision_at_5",
                     "mrr", "evaluated", "top_5"]
     drill = drilldown.drill_down(["q0"], ["d0"], np.array([[0]]), Qrels(np.array([0]), np.array([0]), np.array([1])), 5)
