@@ -234,6 +234,30 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
     return [folder / name for name in figures]
 
 
+def draw_job_figures(results: str | Path) -> list[Path]:
+    """A finished job's K-sweep and precision-recall PNGs in ``<results>/plots``, drawn from its
+    results folder (or its job folder): the curves from ``metrics.json``, k and the title (the
+    run name) from ``record.json``; the same files the job itself draws. A sweep's jobs do not
+    draw them (docs/results.md): this draws them for any job later. InputError when the
+    folder holds no finished job."""
+    import json
+
+    from pipeline.errors import InputError
+
+    folder = Path(results)
+    if not (folder / "record.json").is_file() and (folder / "results" / "record.json").is_file():
+        folder = folder / "results"
+    try:
+        curves = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["curves"]
+        record = json.loads((folder / "record.json").read_text(encoding="utf-8"))
+        k, title = int(record["k"]), str(record["run_name"])
+        arrays = {name: np.asarray(values, dtype=np.float64) for name, values in curves.items()}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"not a finished job's results folder (metrics.json and record.json with curves, k and "
+                         f"run_name): {err}", folder) from None
+    return save_run_figures(folder / "plots", arrays, k, title)
+
+
 # The figures of ``python -m pipeline.compare`` are sized to stay readable in MLflow's artifact
 # preview (about 900 px wide), legends below the axes, never over the data.
 def metric_label(key: str) -> str:
