@@ -8,6 +8,7 @@ draws, and importing this module stays cheap.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.errors import InputError
 from pipeline.io.results import atomic_open
 from pipeline.metrics import CURVES, LABELS, STANDARD_KS, metric_key
 
@@ -231,6 +233,26 @@ def save_run_figures(folder: str | Path, curves: Mapping[str, NDArray], k: int, 
         with atomic_open(folder / name, "wb") as fh:
             figure.savefig(fh, format="png", **PNG_FAST)
     return [folder / name for name in figures]
+
+
+def draw_job_figures(results: str | Path) -> list[Path]:
+    """A finished job's K-sweep and precision-recall PNGs in ``<results>/plots``, drawn from its
+    results folder (or its job folder): the curves from ``metrics.json``, k and the title (the
+    run name) from ``record.json``; the same files the job itself draws. A sweep's jobs do not
+    draw them (docs/results.md): this draws them for any job later. InputError when the
+    folder holds no finished job."""
+    folder = Path(results)
+    if not (folder / "record.json").is_file() and (folder / "results" / "record.json").is_file():
+        folder = folder / "results"
+    try:
+        curves = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["curves"]
+        record = json.loads((folder / "record.json").read_text(encoding="utf-8"))
+        k, title = int(record["k"]), str(record["run_name"])
+        arrays = {name: np.asarray(values, dtype=np.float64) for name, values in curves.items()}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"not a finished job's results folder (metrics.json and record.json with curves, k and "
+                         f"run_name): {err}", folder) from None
+    return save_run_figures(folder / "plots", arrays, k, title)
 
 
 # The figures of ``python -m pipeline.cli compare`` are sized to stay readable in MLflow's artifact

@@ -118,8 +118,10 @@ def run(cfg: DictConfig) -> float:
     run_name = settings.run_name or naming.run_name(names, settings.k, ctx.overrides, ctx.choices,
                                                     (sweep or {}).get("swept", "").split(), ctx.searched)
     with _timed(timings, "write"):
+        # A sweep's job draws no PNGs (docs/results.md): the sweep's summary figure has every job's
+        # curves, its MLflow run the same curves as curve/* (step = K), draw_job_figures the PNGs.
         results = stages.write_results(ctx.output_dir, settings, collection, retrieved, placement, scores, stage,
-                                       run_name)
+                                       run_name, figures=ctx.sweep_dir is None)
     timings[mapping.timing_key("total")] = time.perf_counter() - start
     record = _record(settings, ctx, collection, retrieved, scores, run_name, names, sweep, timings, started_at)
     res.write_record(results, record)  # last: from here on the folder is complete and can be logged

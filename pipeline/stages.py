@@ -350,20 +350,22 @@ _CI_MEMO: dict[tuple, tuple[float, float]] = {}
 
 
 def write_results(out: Path, settings: Settings, collection: Collection, retrieved: Retrieved, placement: Placement,
-                  scores: Scores, stage: chunkers.ChunkStage | None, title: str) -> Path:
+                  scores: Scores, stage: chunkers.ChunkStage | None, title: str, figures: bool = True) -> Path:
     """Everything the run produced, on disk under ``out/results`` (``pipeline.io.results``), each
-    file written atomically, the figures included. The record is written by the caller, last.
-    A folder that cannot be written is the user's InputError (the ranking stays cached, so a
-    rerun with a usable folder is quick)."""
+    file written atomically, the figures too unless ``figures`` is false (a sweep's job: drawing
+    them was a third of its time; ``pipeline.figures.draw_job_figures`` draws them later from
+    the folder). The record is written by the caller, last. A folder that cannot be written is
+    the user's InputError (the ranking stays cached, so a rerun with a usable folder is quick)."""
     try:
-        return _write_results(out, settings, collection, retrieved, placement, scores, stage, title)
+        return _write_results(out, settings, collection, retrieved, placement, scores, stage, title, figures)
     except OSError as err:
         raise InputError(f"cannot write the results to {out}: {err.strerror or err} "
                          "(set paths.root or hydra.run.dir to a writable folder)") from err
 
 
 def _write_results(out: Path, settings: Settings, collection: Collection, retrieved: Retrieved,
-                   placement: Placement, scores: Scores, stage: chunkers.ChunkStage | None, title: str) -> Path:
+                   placement: Placement, scores: Scores, stage: chunkers.ChunkStage | None, title: str,
+                   figures: bool = True) -> Path:
     results = res.results_dir(out)
     results.mkdir(parents=True, exist_ok=True)
     ranking = retrieved.ranking
@@ -392,9 +394,10 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
     res.write_text(results / "config.yaml", OmegaConf.to_yaml(settings.config, resolve=True))
     res.write_text(results / "definition_card.md", definition_card(settings.gain, settings.relevance_level, TIE_RULE,  # type: ignore[arg-type]
                                                                    judged_only=settings.judged_only, k=settings.k))
-    from pipeline.figures import save_run_figures  # matplotlib: imported where figures are drawn
+    if figures:
+        from pipeline.figures import save_run_figures  # matplotlib: imported where figures are drawn
 
-    save_run_figures(results / "plots", scores.curves, settings.k, title)
+        save_run_figures(results / "plots", scores.curves, settings.k, title)
     if stage is not None:  # chunk_run.trec, chunks.tsv and context.tsv with chunk ids
         chunk_idx = retrieved.placed_from.doc_idx
         contexts = (list(placement.placed) if settings.budget is None else

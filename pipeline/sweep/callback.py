@@ -7,6 +7,11 @@
   sweep file: every launcher's jobs find it there.
 - Each job logs itself in its own process (``pipeline.job``): its run carries the tag
   ``sweep_id`` and is nested under the parent run.
+- Progress (``on_job_end``, in the launching process): the jobs done of how many, the rate
+  and the time left, one line per 10% of the jobs or per 30 s (``pipeline.io.progress``,
+  after the first 10 s; the jobs print their own line each), and at the end how long the
+  sweep took. The count needs the jobs to run in the launching process (the basic launcher);
+  a parallel launcher's sweep says how long it took.
 - ``on_multirun_end`` (in the launching process): every finished job that has not reached
   the store is logged, and the summary (``pipeline.sweep.summary``: table, figure, comparison,
   built from the jobs' folders) is written to ``<sweep dir>/summary``, for tracked and
@@ -22,6 +27,7 @@ Works with any launcher (basic, joblib, submitit) and sweeper (basic, Optuna).
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import uuid
@@ -36,6 +42,7 @@ from pipeline.naming import sweep_name, swept_overrides
 from pipeline.io import results as res
 from pipeline import tracking
 from pipeline.errors import InputError, Interrupted, exit_line
+from pipeline.io.progress import Progress
 from pipeline.stats import DEFAULT_MARGIN, check_margin
 
 log = logging.getLogger(__name__)
@@ -43,6 +50,63 @@ log = logging.getLogger(__name__)
 
 #: The sweep running in this process, for the interrupt handler: folder, store, objective.
 _ACTIVE: dict[str, Any] = {}
+#: The progress of the sweep launched from this process (module state, not the callback's:
+#: parallel launchers pickle the callback to their workers).
+_PROGRESS: dict[str, Progress] = {}
+
+
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweep of ``config`` runs, known before it starts: the product of the
+    swept value counts for the grid and basic sweepers (``hydra.sweeper.params`` and the
+    command line, a key's last value list winning, as theirs does), ``n_trials`` for Optuna;
+    None for any other sweeper, or sweep values only a config loader can list (``glob``)."""
+    sweeper = config.hydra.sweeper
+    target = str(sweeper.get("_target_", ""))
+    if "optuna" in target.lower():
+        trials = sweeper.get("n_trials")
+        return int(trials) if trials else None
+    if not target.endswith((".GridSweeper", ".BasicSweeper")):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    counts: dict[str, int] = {}
+    try:
+        for override in OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task]):
+            counts[override.get_key_element()] = (len(list(override.sweep_string_iterator()))
+                                                  if override.is_sweep_override() else 1)
+    except Exception:  # glob(), interval(): the sweeper itself says what it makes of them
+        return None
+    return math.prod(counts.values())
+
+
+def _progress_logger() -> logging.Logger:
+    """Plain lines on standard output, beside the jobs' own lines: a logger outside the logging
+    tree, which Hydra configures anew for every job (and where a brief sweep keeps a job's INFO
+    lines in its pipeline.log); the sweep's progress is the sweep's, not a job's."""
+    logger = logging.Logger(f"{__name__}.progress", logging.INFO)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def _start_progress(config: DictConfig) -> None:
+    _PROGRESS.clear()
+    total = planned_jobs(config)
+    if total:  # lines, not a bar: the jobs print a line each, which would tear a bar
+        _PROGRESS["sweep"] = Progress("sweep", total, "jobs", logger=_progress_logger(), terminal=False)
+
+
+def _end_progress(sweep_dir: Path, in_this_process: bool) -> None:
+    """The closing line (how many jobs in how long); a parallel launcher's jobs are counted
+    now, from the sweep's job folders."""
+    progress = _PROGRESS.pop("sweep", None)
+    if progress is None:
+        return
+    if not in_this_process:
+        progress.update(sum(1 for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()))
+    progress.close()
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:
@@ -127,10 +191,16 @@ class SweepCallback(Callback):
                 sys.exit(3)
         res.write_json(sweep_dir / res.SWEEP_FILE, info)
         log.info("sweep %s started in %s", sweep_id, sweep_dir)
+        _start_progress(config)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if progress := _PROGRESS.get("sweep"):  # (a job of the launching process: the basic launcher)
+            progress.update(1)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         _ACTIVE.clear()
+        _end_progress(sweep_dir, _jobs_in_this_process(config))
         settings = tracking.StoreSettings.of(config.tracking) if config.tracking.enabled else None
         from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
 

@@ -187,3 +187,26 @@ def test_per_query_differences_name_the_queries_that_gained_and_lost_most():
     assert not unlabelled.axes[0].texts
     with pytest.raises(ValueError, match="8 differences for 2 query ids"):
         plots.per_query_diff_figure({"ndcg_at_10": {"dense": values}}, "bm25", "t", query_ids=["a", "b"])
+
+
+def test_a_jobs_figures_drawn_later_from_its_folder_are_the_ones_the_job_draws(tmp_path):
+    """draw_job_figures (what a sweep's job leaves out, docs/results.md) reads the curves from
+    metrics.json (through JSON: float64 exactly), k and the title from record.json, and gives
+    the same PNG bytes as save_run_figures on the job's own curves; a job folder works too."""
+    import json
+
+    from pipeline.errors import InputError
+
+    curves = _curves(0.9)
+    expected = plots.save_run_figures(tmp_path / "direct", curves, 3, "k3 litm bm25")
+    results = tmp_path / "job" / "results"
+    results.mkdir(parents=True)
+    (results / "metrics.json").write_text(json.dumps({"curves": {n: v.tolist() for n, v in curves.items()}}))
+    (results / "record.json").write_text(json.dumps({"k": 3, "run_name": "k3 litm bm25"}))
+    drawn = plots.draw_job_figures(tmp_path / "job")  # the job folder: its results/ is found
+    assert [p.parent for p in drawn] == [results / "plots"] * 2
+    assert [p.read_bytes() for p in drawn] == [p.read_bytes() for p in expected]
+    (results / "record.json").write_text(json.dumps({"k": 5, "run_name": "k3 litm bm25"}))
+    assert plots.draw_job_figures(results)[0].read_bytes() != expected[0].read_bytes()  # k is drawn
+    with pytest.raises(InputError, match="not a finished job's results folder"):
+        plots.draw_job_figures(tmp_path / "direct")

@@ -1,7 +1,8 @@
 """What a sweep prints on a non-terminal: one line per job, then its summary (issue 25).
 
 The README's flagship sweep (18 jobs: retriever x reorder x k on the bundled sample) must
-print at most 18 + 22 lines, stdout and stderr together (its verdict: one line per factor
+print at most 18 + 22 lines, stdout and stderr together, plus its progress (issue 35: at most
+one line per 10% of its jobs, and how long it took) (its verdict: one line per factor
 and the best set, issue 32), into a new store (the worst case:
 the "creating a new store" note, the parent run and its link); each job's stage times stay
 in its ``pipeline.log``; the judged-coverage warning is printed once for the sweep. ``-v``
@@ -56,7 +57,10 @@ def _sweep(root: Path, cache: Path, *args: str) -> tuple[subprocess.CompletedPro
 def test_the_flagship_sweep_prints_one_line_per_job_then_its_summary(tmp_path, cache_dir):
     proc, lines = _sweep(tmp_path / "out", cache_dir, *FLAGSHIP)
     text = "\n".join(lines)
-    assert len(lines) <= N_JOBS + 22, f"{len(lines)} lines:\n{text}"
+    # + the sweep's progress (issue 35): at most 9 lines (one per 10% of the jobs) and how long it took
+    assert len(lines) <= N_JOBS + 22 + 10, f"{len(lines)} lines:\n{text}"
+    assert len([line for line in lines if re.match(r"sweep: \d+% \(\d+ of 18 jobs\), ", line)]) <= 9, text
+    assert re.search(r"^sweep: 18 jobs in \d.* \([\d.]+ jobs/s\)$", text, re.M), text
     jobs = [m for line in lines if (m := JOB_LINE.match(line))]
     assert sorted(int(m["num"]) for m in jobs) == list(range(N_JOBS)), text  # each job: exactly one line
     assert {m["k"] for m in jobs} == {"3", "5", "10"}
