@@ -35,6 +35,7 @@ from pipeline.errors import InputError, Interrupted
 from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.metrics import FULL_DEPTH, metric_key
+from retrievers.cost import block as cost_block
 from retrievers.cost import describe as describe_cost
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ def _record(settings: Settings, ctx: JobContext, collection: Collection, retriev
                  **cost_tags(retrieved.cost)},
         # Cost metrics (latency, throughput, index): logged as MLflow metrics, kept apart from the
         # quality metrics above so that no comparison or sweep treats them as one (retrievers.cost).
-        **({"cost": retrieved.cost} if retrieved.cost else {}),
+        **({"cost": cost_block(retrieved.cost)} if retrieved.cost else {}),
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
         "table_columns": stages.per_query_columns(scores.ev, settings.k) if settings.log_per_query_table else None,
         "start_time_ms": int(started_at * 1000),
