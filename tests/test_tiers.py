@@ -32,7 +32,7 @@ MAX_LINES = 500
 
 APP = {"pipeline.__main__", "pipeline.config", "pipeline.job", "pipeline.stages", "pipeline.naming",
        "pipeline.sweep", "pipeline.sweep.callback", "pipeline.sweep.summary", "pipeline.sweep.table",
-       "pipeline.sweep.parent", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
+       "pipeline.sweep.parent", "pipeline.sweep.pareto", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
        "pipeline.api.evaluation", "pipeline.api.jobs"}
 COMMANDS = {f"pipeline.{name}" for name in ("score", "compare", "sync", "pool", "judgments", "fetch", "index")}
 #: The package facade exports the Python API lazily (``pipeline.evaluate``): its one import of the app tier.

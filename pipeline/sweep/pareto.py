@@ -219,7 +219,8 @@ def describe(points: list[Point], front: list[Point], answer: dict[str, Any] | N
     lines = [f"quality against cost ({objective} against p95 retrieval latency, summary/pareto.png): the front is "
              f"{', '.join(_point(p, objective) for p in front)}"
              + ("" if len(front) == len(measured) else
-                f"; the other {len(measured) - len(front)} job(s) are slower than a job at least as good")]
+                f"; the other {len(measured) - len(front)} job(s) are dominated (another is at least as good and at "
+                "most as slow)")]
     if unmeasured := [p for p in points if not p.measured]:
         lines.append(f"unmeasured (no latency: cost.enabled=false, a run file or a failed job; neither on the "
                      f"front nor within a budget): {', '.join(f'{p.name} ({p.source})' for p in unmeasured)}")
