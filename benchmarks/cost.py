@@ -1,7 +1,7 @@
 """What measuring retrieval cost adds to a job (issue 36: at most 2% of its wall time).
 
     python benchmarks/cost.py [--data ../shared/data/scifact] [--repeat 5]
-    python benchmarks/cost.py --retrievers [--data ../shared/data/scifact] [--cache outputs/cache]
+    python benchmarks/cost.py --retrievers [--data ../shared/data/scifact] [--cache ~/.cache/rag-retrieval-eval/tests]
 
 Whole jobs in this process (``pipeline.job.run``: every stage, the figures included, tracking
 off), each with an empty ranking cache so that retrieval runs and is timed, alternately with
@@ -14,7 +14,8 @@ share of a whole job. Prints JSON.
 ``--retrievers``: what each bundled retriever costs on SciFact (benchmarks/README.md): a job
 each (bm25, dense exact, dense HNSW with its calibrated efSearch, hybrid, Chroma on a
 collection loaded by ``pipeline.index chroma`` in a temporary folder), with a fresh ranking
-cache and the dense embeddings from ``--cache`` (encoded once), timed in both modes: one batch
+cache and the dense embeddings from a copy of ``--cache`` (default: the tests' cache, where
+``tests/retrievers/scifact_cache.py`` put SciFact's; never encoded again), timed in both modes: one batch
 (``throughput_qps``, ``index_build_s``, ``index_memory_mb``) and ``cost.per_query=true``
 (p50/p95 of queries searched alone, the query's encoding included: the query prefix " ",
 which the tokenizer drops, misses the cached query embeddings). Prints a markdown table,
@@ -120,8 +121,9 @@ def retriever_costs(data: Path, cache: Path, tmp: Path) -> list[dict]:
 
     dataset = ["dataset=beir", f"dataset.path={data}"]
     chroma = tmp / "chroma"
+    loader = embedding_cache("retriever=dense", cache, tmp / "index", chroma)[0].split("=", 1)[1]
     subprocess.run([sys.executable, "-m", "pipeline.index", "chroma", "--path", str(chroma), "--collection", "scifact",
-                    "--space", "ip", *dataset, f"cache_dir={cache}"], cwd=ROOT, check=True, capture_output=True)
+                    "--space", "ip", *dataset, f"cache_dir={loader}"], cwd=ROOT, check=True, capture_output=True)
     rows = []
     for name, overrides in RETRIEVERS.items():
         row: dict = {"retriever": name}
@@ -181,7 +183,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--retrievers", action="store_true", help="each bundled retriever's cost (see above)")
-    parser.add_argument("--cache", type=Path, default=ROOT / "outputs" / "cache")
+    # the tests' cache holds SciFact's MiniLM embeddings (tests/retrievers/scifact_cache.py fills it)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "rag-retrieval-eval" / "tests")
     args = parser.parse_args()
     if args.retrievers:
         with tempfile.TemporaryDirectory(prefix="cost-retrievers-") as tmp:

@@ -5,7 +5,9 @@
                               [--figure docs/img/hnsw_pareto.png] [--json outputs/hnsw.json]
 
 The corpus and the queries are embedded once with the project's dense retriever (bundled
-all-MiniLM-L6-v2, its text cache under ``--cache``: a second run encodes nothing). Then, on
+all-MiniLM-L6-v2) through its text cache ``--cache`` (default: the tests' cache, which
+``tests/retrievers/scifact_cache.py`` fills with SciFact's embeddings; read from a copy, so
+nothing is written there): a second run encodes nothing. Then, on
 those embeddings, as ann-benchmarks measures (the query already embedded; its encoding is the
 same for every index and is left out):
 
@@ -15,8 +17,9 @@ same for every index and is left out):
 - a Chroma collection (in-process ``PersistentClient`` in a temporary folder, ``ip`` space,
   Chroma's build defaults) at each ``ef_search`` (``retrievers.chroma.set_ef_search``).
 
-Each query is searched alone and timed (p50/p95 with percentile-bootstrap CIs,
-``pipeline.stats.percentile``); recall@10 is the share of exact search's top 10 found;
+Each query is searched alone and timed, three passes, its fastest kept (ann-benchmarks'
+best-of-N; p50/p95 with percentile-bootstrap CIs, ``pipeline.stats.percentile``); run it with
+``OMP_NUM_THREADS=1`` so that numpy's exact search is single-threaded like faiss's; recall@10 is the share of exact search's top 10 found;
 nDCG@10 is the project's (``pipeline.metrics.evaluate``, exp gain). The Pareto front of nDCG@10
 against p95 latency is ``pipeline.sweep.pareto.pareto_front``. Prints a markdown table and the
 machine; ``--figure`` draws recall@10 and nDCG@10 against p95 latency.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,20 +56,32 @@ def embedded(data: Path, cache: Path) -> tuple[Any, np.ndarray, np.ndarray]:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         settings = Settings.of(compose("config", overrides=["tracking=none", "dataset=beir", f"dataset.path={data}"]))
     collection = stages.load(settings)
-    dense = DenseRetriever(cache_dir=cache, show_progress_bar=False)
-    dense.index(collection.doc_ids, collection.doc_texts)
-    queries = dense.cached_embeddings("queries", list(collection.query_ids), list(collection.query_texts), "")
+    with tempfile.TemporaryDirectory(prefix="hnsw-embeddings-") as copy:  # what the dense retriever writes: not there
+        if (cache / "texts").is_dir():
+            shutil.copytree(cache / "texts", Path(copy) / "texts")
+        dense = DenseRetriever(cache_dir=copy, show_progress_bar=False)
+        dense.index(collection.doc_ids, collection.doc_texts)
+        queries = dense.cached_embeddings("queries", list(collection.query_ids), list(collection.query_texts), "")
     return collection, dense.doc_embeddings, queries
 
 
+#: Timed passes over the queries; each query's latency is its fastest (ann-benchmarks' best-of-N):
+#: on a shared machine the other passes' extra time is other processes', not the index's.
+PASSES = 3
+
+
 def timed_each(search, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(doc indices [n, DEPTH], latencies ms [n]): ``search(one query [1, dim])`` per query."""
-    found, ms = [], []
-    for q in queries:
-        start = time.perf_counter()
-        found.append(search(q[None]))
-        ms.append(1000 * (time.perf_counter() - start))
-    return np.vstack(found), np.array(ms)
+    """(doc indices [n, DEPTH] of the first pass, latencies ms [n]): ``search(one query [1, dim])``
+    per query, :data:`PASSES` times; each query's fastest pass."""
+    found, ms = [], np.full((PASSES, len(queries)), np.inf)
+    for p in range(PASSES):
+        for i, q in enumerate(queries):
+            start = time.perf_counter()
+            hit = search(q[None])
+            ms[p, i] = 1000 * (time.perf_counter() - start)
+            if p == 0:
+                found.append(hit)
+    return np.vstack(found), ms.min(axis=0)
 
 
 def row(system: str, setting: str, found: np.ndarray, ms: np.ndarray, truth: np.ndarray, collection: Any,
@@ -106,7 +122,7 @@ def chroma_rows(docs: np.ndarray, queries: np.ndarray, truth: np.ndarray, collec
     import chromadb
     from chromadb.config import Settings
 
-    from retrievers.chroma import set_ef_search, write_collection
+    from retrievers.chroma import reopened, set_ef_search, write_collection
 
     with tempfile.TemporaryDirectory(prefix="hnsw-chroma-") as folder:
         client = chromadb.PersistentClient(path=folder, settings=Settings(anonymized_telemetry=False))
@@ -116,7 +132,8 @@ def chroma_rows(docs: np.ndarray, queries: np.ndarray, truth: np.ndarray, collec
         build = time.perf_counter() - start
         rows = []
         for ef in efs:
-            set_ef_search(chroma, ef)
+            if set_ef_search(chroma, ef):  # applied when the index is next loaded: a new client
+                chroma = reopened(folder, "scifact")
             found, ms = timed_each(lambda q: np.array([[int(i) for i in chroma.query(
                 query_embeddings=q, n_results=DEPTH, include=[])["ids"][0]]]), queries)
             rows.append(row("Chroma HNSW", f"ef_search={ef}", found, ms, truth, collection, build))
@@ -154,7 +171,8 @@ def draw(rows: list[dict[str, Any]], front: list[bool], path: Path, title: str) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
-    parser.add_argument("--cache", type=Path, default=ROOT / "outputs" / "cache")
+    # the tests' cache holds SciFact's MiniLM embeddings (tests/retrievers/scifact_cache.py fills it)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "rag-retrieval-eval" / "tests")
     parser.add_argument("--ef", default="10,16,32,64,128,256")
     parser.add_argument("--no-chroma", action="store_true")
     parser.add_argument("--figure", type=Path)

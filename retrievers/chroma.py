@@ -101,14 +101,27 @@ def scores_of(distances: Sequence[float], space: str) -> list[float]:
     return [(-d if space == "l2" else 1.0 - d) for d in map(float, distances)]
 
 
-def set_ef_search(collection: Any, ef: int) -> None:
-    """The collection's HNSW search breadth set to ``ef`` (stored with it), when it differs."""
+def set_ef_search(collection: Any, ef: int) -> bool:
+    """The collection's HNSW search breadth set to ``ef`` (stored with it), when it differs;
+    whether it changed. Chroma (1.5) applies it when the index is next loaded: a process that
+    has searched the collection must reopen it (:func:`reopened`); a server that has it loaded
+    keeps the old value until it restarts."""
     config = getattr(collection, "configuration", None) or {}
     current = (config.get("hnsw") or {}).get("ef_search") if isinstance(config, Mapping) else None
-    if current != ef:
-        collection.modify(configuration={"hnsw": {"ef_search": int(ef)}})
-        log.info("chroma: collection %r: HNSW ef_search %s -> %d (kept with the collection)", collection.name,
-                 current, ef)
+    if current == ef:
+        return False
+    collection.modify(configuration={"hnsw": {"ef_search": int(ef)}})
+    log.info("chroma: collection %r: HNSW ef_search %s -> %d (kept with the collection)", collection.name, current, ef)
+    return True
+
+
+def reopened(path: str | Path, name: str, own: bool = False) -> Any:
+    """The persistent collection ``name`` of ``path`` from a new client: Chroma's clients of one
+    folder share one system (and its loaded indexes) until its cache is cleared."""
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+    return open_collection(connect(path=path), name, str(path), own=own)
 
 
 def write_collection(client: Any, name: str, ids: Sequence[str], embeddings: NDArray[np.float32],
@@ -262,8 +275,8 @@ class ChromaRetriever(ExternalRetriever):
                                  "; set retriever.model (and max_seq_length, normalize) as pipeline.index had them")
         self._collection = collection
         self._space = space_of(collection)
-        if self.ef_search is not None:
-            set_ef_search(collection, self.ef_search)
+        if self.ef_search is not None and set_ef_search(collection, self.ef_search) and self.path is not None:
+            self._collection = reopened(self.path, self.collection_name, own)
 
     def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
         self._found = {}
