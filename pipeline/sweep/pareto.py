@@ -74,6 +74,18 @@ def check_budget(value: Any, where: str = "select.max_latency_p95_ms") -> float 
     return budget
 
 
+def budget_of(records: list[dict[str, Any]]) -> float | None:
+    """The budget the jobs' params hold (``select.max_latency_p95_ms``), when they all hold one
+    and the same (a sweep ended by ``pipeline.sync`` has no config of its own); else None."""
+    values = {str((r.get("params") or {}).get("select.max_latency_p95_ms", "null")) for r in records}
+    if len(values) != 1 or values & {"null", "None", ""}:
+        return None
+    try:
+        return check_budget(values.pop())
+    except ValueError:
+        return None
+
+
 def pareto_front(quality: ArrayLike, cost: ArrayLike) -> NDArray[np.bool_]:
     """Which points are on the front, higher ``quality`` and lower ``cost`` being better: a
     point is dominated when another is at least as good on both and strictly better on one.

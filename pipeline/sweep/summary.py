@@ -133,6 +133,8 @@ def _quality_against_cost(sweep_dir: Path, jobs: list[tuple[Path, dict[str, Any]
     Jobs scored differently (``mixed``) get no front: their objectives do not compare."""
     if mixed:
         return "quality against cost: no front, the jobs were scored under different definitions", None
+    if budget is None:  # pipeline.sync ending a sweep: the budget its jobs were run with
+        budget = pareto.budget_of([record for _, record in jobs])
     points = pareto.points_of(jobs, objective)
     done = {str(r.parent.resolve()) for r, _ in jobs}
     for note in sorted(sweep_dir.glob(f"*/{res.FAILED}")):

@@ -136,3 +136,13 @@ def test_a_bad_budget_stops_a_sweep_before_its_first_job_in_one_line(tmp_path, b
     assert lines == [f"error: select.max_latency_p95_ms must be a positive finite number of milliseconds (or null), "
                      f"got {float(budget)!r}"]
     assert not (tmp_path / "sweep" / "0").exists()  # no job ran
+
+
+def test_a_sweep_ended_by_sync_takes_the_budget_its_jobs_ran_with():
+    def rec(value):
+        return {"params": {"select.max_latency_p95_ms": value}}
+
+    assert pareto.budget_of([rec("50.0"), rec("50.0")]) == 50.0
+    assert pareto.budget_of([rec("null"), rec("null")]) is None
+    assert pareto.budget_of([rec("50.0"), rec("20.0")]) is None  # not one budget: none
+    assert pareto.budget_of([{"params": {}}]) is None  # jobs from before the budget
