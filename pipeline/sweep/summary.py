@@ -74,12 +74,8 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     A sweep whose jobs were scored under different definitions (it varies gain,
     relevance_level, judged_only or the dataset: ``systems.SCORING``) is compared per
     scoring setting (``summary/compare/<setting>/``, a ``scoring`` column in the table) and
-    names no overall best: its scores do not compare across those settings.
-
-    Quality against cost (:mod:`pipeline.sweep.pareto`): the jobs on the Pareto front of the
-    objective against p95 latency (``summary/pareto.png``, ``pareto.csv``) and, with a latency
-    ``budget`` (``select.max_latency_p95_ms``), the best job within it, the jobs within it that
-    could be as good, and the better jobs it rules out (parent tags ``best_within_budget_*``)."""
+    names no overall best: its scores do not compare across those settings. Quality against
+    cost, under the latency ``budget`` when given: :func:`_quality_against_cost`."""
     sweep_dir = Path(sweep_dir)
     out = sweep_dir / res.SUMMARY
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +124,10 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
 def _quality_against_cost(sweep_dir: Path, jobs: list[tuple[Path, dict[str, Any]]], objective: str, out: Path,
                           report: dict[str, Any] | None, margin: float, budget: float | None,
                           mixed: bool) -> tuple[str, dict[str, Any] | None]:
-    """The quality-against-cost lines (:func:`pareto.describe`) and the budget's answer, with
+    """The quality-against-cost lines (:func:`pareto.describe`: the jobs on the Pareto front of
+    the objective against p95 latency and, with a latency ``budget``, ``select.max_latency_p95_ms``,
+    the best job within it, the jobs within it that could be as good, the better jobs it rules
+    out) and the budget's answer (parent tags ``best_within_budget_*``), with
     ``pareto.csv``/``.png`` written; a failed job (its FAILED note, no result) is unmeasured.
     Jobs scored differently (``mixed``) get no front: their objectives do not compare."""
     if mixed:
