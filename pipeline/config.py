@@ -74,6 +74,14 @@ class CostConfig:
     enabled: bool = True  # false: no timing, no cost keys
     warmup: int = 5  # queries searched untimed before the timed pass
     repeat: int = 1  # timed passes (latencies pooled; the ranking is the first pass's)
+    per_query: bool = False  # time each query alone (one search call per query) instead of one batch
+
+
+@dataclass
+class SelectConfig:
+    """How a sweep picks its answer (docs/sweeps.md, "Quality against cost")."""
+
+    max_latency_p95_ms: Optional[float] = None  # a latency budget: the best job whose p95 is within it
 
 
 @dataclass
@@ -87,6 +95,7 @@ class PipelineConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
     k: int = 10  # the cut-off the run is about (context size)
     k_max: int = 20  # every metric is computed for K = 1..k_max (curves)
     gain: Gain = Gain.exp  # nDCG / DCG / context utility gain: 2^rel - 1 or rel
@@ -171,6 +180,7 @@ def check(cfg: DictConfig) -> None:
             stats.check_margin(cfg.compare.margin)
         except ValueError as err:
             raise InputError(f"compare.margin: {err}") from None
+    latency_budget(cfg)
     for group in ("dataset", "retriever", "reorder", "attention"):
         if cfg.get(group) is None:
             raise InputError(f"no {group} configured: choose one, e.g. {group}=...")
@@ -195,12 +205,23 @@ def check(cfg: DictConfig) -> None:
                          f"(budgets={sorted(logged)}): add it to budgets=[...]")
 
 
+def latency_budget(cfg: Any) -> float | None:
+    """``select.max_latency_p95_ms`` in ms (None: no budget); InputError unless a positive finite
+    number. A sweep checks it before its first job (``pipeline.sweep.callback``)."""
+    from pipeline.sweep.pareto import check_budget
+
+    try:
+        return check_budget((cfg.get("select") or {}).get("max_latency_p95_ms"))
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
 def cost_settings(cfg: DictConfig) -> CostSettings:
     """The ``cost:`` block as :class:`~retrievers.cost.CostSettings`; a bad value is InputError."""
     node = cfg.get("cost") or {}
     try:
         return CostSettings(enabled=bool(node.get("enabled", True)), warmup=int(node.get("warmup", 5)),
-                            repeat=int(node.get("repeat", 1)))
+                            repeat=int(node.get("repeat", 1)), per_query=bool(node.get("per_query", False)))
     except ValueError as err:
         raise InputError(str(err)) from None
 

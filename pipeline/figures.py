@@ -450,3 +450,45 @@ def budget_curve_figure(curves: Mapping[str, Mapping[str, Mapping[int, float]]],
         fig.legend(handles, labels, loc="outside lower center", ncols=min(3, len(labels)), fontsize="x-small")
     fig.suptitle(title)
     return fig
+
+
+def pareto_figure(points: Sequence[tuple[str, float, float | None, float | None, float, float, float, bool]],
+                  metric: str, budget: float | None = None, chosen: str | None = None, title: str = "") -> Figure:
+    """Quality against cost: one point per job, ``(name, p95, p95 CI low, high, objective, CI
+    low, high, on the front)``, both 95% CIs as error bars; the front highlighted (its points
+    joined as a staircase, named); the latency ``budget`` as a vertical line and the job
+    ``chosen`` within it ringed. A log latency axis when the latencies span over 20x."""
+    fig = _figure(figsize=(9, 5.5), layout="constrained")
+    ax = fig.subplots()
+    same: dict[tuple[float, float], list[str]] = {}  # jobs at one point (a cached ranking's twins): one label
+    for name, x, *_rest in points:
+        same.setdefault((x, _rest[2]), []).append(name)
+    for name, x, xl, xh, y, yl, yh, on in points:
+        xerr = [[max(x - xl, 0.0)], [max(xh - x, 0.0)]] if xl is not None and np.isfinite([xl, xh]).all() else None
+        yerr = [[max(y - yl, 0.0)], [max(yh - y, 0.0)]] if np.isfinite([yl, yh]).all() else None
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o" if on else ".", color="C1" if on else "0.55",
+                    markersize=7 if on else 5, capsize=2, elinewidth=0.8, zorder=3 if on else 2)
+        group = same[(x, y)]
+        if (on or name == chosen) and name == group[0]:
+            label = _short(name, 32) + (f" (+{len(group) - 1})" if len(group) > 1 else "")
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize="x-small")
+    front = sorted((p[1], p[4]) for p in points if p[7])
+    if front:
+        xs = [front[0][0]] + [x for x, _ in front[1:] for _ in (0, 1)]
+        ys = [y for _, y in front for _ in (0, 1)][:-1]
+        ax.plot(xs, ys, color="C1", linewidth=1.2, alpha=0.8, label="Pareto front (better: up and left)")
+    latencies = [p[1] for p in points]
+    if latencies and min(latencies) > 0 and max(latencies) / min(latencies) > 20:
+        ax.set_xscale("log")
+    if budget is not None:
+        ax.axvline(budget, color="C3", linestyle="--", linewidth=1, label=f"budget p95 <= {budget:g} ms")
+    for name, x, *_rest in points:
+        if name == chosen:
+            ax.plot([x], [_rest[2]], "o", markersize=14, markerfacecolor="none", color="C3",
+                    label=f"best within the budget: {_short(name, 32)}")
+    ax.set_xlabel("p95 retrieval latency per query (ms), 95% CI")
+    ax.set_ylabel(f"{metric_label(metric)} (mean over queries), 95% CI")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    ax.set_title(title)
+    return fig

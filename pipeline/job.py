@@ -37,6 +37,7 @@ from pipeline.io import results as res
 from pipeline.io.collection import Collection
 from pipeline.metrics import FULL_DEPTH, metric_key
 from pipeline.tracking import mapping
+from retrievers.cost import block as cost_block
 from retrievers.cost import describe as describe_cost
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ def _record(settings: Settings, ctx: JobContext, collection: Collection, retriev
         "tags": mapping.job_tags(launch, settings.judged_only, retrieved.cost),
         # Cost metrics (latency, throughput, index): logged as MLflow metrics, kept apart from the
         # quality metrics above so that no comparison or sweep treats them as one (retrievers.cost).
-        **({"cost": retrieved.cost} if retrieved.cost else {}),
+        **({"cost": cost_block(retrieved.cost)} if retrieved.cost else {}),
         "dataset": {"name": collection.name, "digest": collection.digest, "source": str(collection.source)},
         "table_columns": mapping.table_columns(
             [*(f"{family}_at_{settings.k}" for family in scores.ev.families()), *scores.ev.full, "n_relevant",

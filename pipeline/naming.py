@@ -21,8 +21,9 @@ NAMED_GROUPS = {"retriever": None, "reorder": "none", "attention": "liu2023", "c
 SHORT_NAMES = {"lost_in_the_middle": "litm", "lost_in_the_middle_langchain": "litm_lc",
                "attention_optimal": "attn_opt", "hybrid_convex": "convex"}
 #: Overrides that never go into a name: where things are written and logged, the dataset
-#: (the experiment's name), the objective and seed (they change no retrieval or placement).
-NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir", "dataset", "experiment", "objective", "seed", "verbose"}
+#: (the experiment's name), the objective, seed and the sweep's latency budget (they change no retrieval or placement).
+NOT_NAMED = {"paths", "tracking", "hydra", "cache_dir", "dataset", "experiment", "objective", "seed", "verbose",
+             "select"}
 #: Dataset keys that do go into a name when given: they change the judgments or the queries
 #: scored within one experiment (``bm25 k10 split=dev``, ``bm25 k10 qrels=consensus``).
 NAMED_DATASET_KEYS = ("dataset.split", "dataset.qrels", "dataset.queries")

@@ -34,7 +34,7 @@ from pipeline.metrics import (BUDGET_FAMILIES, CURVES, UNJUDGED, Evaluation, Qre
 from pipeline.io import drilldown
 from pipeline.io.cache import load_or_compute_ranking
 from pipeline.ranking import Ranking
-from retrievers.cost import CACHED, NOT_MEASURED, measured_index, measured_search
+from retrievers.cost import CACHED, NOT_MEASURED, PER_QUERY_KEY, block, measured_index, measured_search
 
 log = logging.getLogger(__name__)
 
@@ -377,8 +377,12 @@ def _write_results(out: Path, settings: Settings, collection: Collection, retrie
         "collection": {"name": collection.name, "digest": collection.digest, "source": collection.source,
                        "n_docs": collection.n_docs, "n_queries": collection.n_queries, "report": collection.report},
         # latency, throughput, index build and size, the machine (retrievers.cost; docs/metrics.md "Cost")
-        **({"cost": retrieved.cost} if retrieved.cost else {}),
+        **({"cost": block(retrieved.cost)} if retrieved.cost else {}),
     })
+    # each query's latency (ms; the mean over cost.repeat passes; a batch's per-query share unless the
+    # cost block's latency_mode is per_query): pipeline.compare pairs them by query
+    if latencies := retrieved.cost.get(PER_QUERY_KEY):
+        write_csv({"query_id": list(collection.query_ids), "latency_ms": latencies}, results / res.LATENCY_FILE)
     # First: it refuses ids a TREC file cannot hold (a lone surrogate) with one line naming the id.
     write_run(results / "run.trec", collection.query_ids, collection.doc_ids, ranking.doc_idx, ranking.scores, tag=title)
     # The drill-down (pipeline.io.drilldown): query text, first relevant rank, judged share, top k.

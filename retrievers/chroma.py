@@ -102,6 +102,29 @@ def scores_of(distances: Sequence[float], space: str) -> list[float]:
     return [(-d if space == "l2" else 1.0 - d) for d in map(float, distances)]
 
 
+def set_ef_search(collection: Any, ef: int) -> bool:
+    """The collection's HNSW search breadth set to ``ef`` (stored with it), when it differs;
+    whether it changed. Chroma (1.5) applies it when the index is next loaded: a process that
+    has searched the collection must reopen it (:func:`reopened`); a server that has it loaded
+    keeps the old value until it restarts."""
+    config = getattr(collection, "configuration", None) or {}
+    current = (config.get("hnsw") or {}).get("ef_search") if isinstance(config, Mapping) else None
+    if current == ef:
+        return False
+    collection.modify(configuration={"hnsw": {"ef_search": int(ef)}})
+    log.info("chroma: collection %r: HNSW ef_search %s -> %d (kept with the collection)", collection.name, current, ef)
+    return True
+
+
+def reopened(path: str | Path, name: str, own: bool = False) -> Any:
+    """The persistent collection ``name`` of ``path`` from a new client: Chroma's clients of one
+    folder share one system (and its loaded indexes) until its cache is cleared."""
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+    return open_collection(connect(path=path), name, str(path), own=own)
+
+
 def write_collection(client: Any, name: str, ids: Sequence[str], embeddings: NDArray[np.float32],
                      metadatas: Sequence[Mapping[str, Any]], documents: Sequence[str] | None = None,
                      space: str = "cosine", encoder: Mapping[str, Any] | None = None, replace: bool = False) -> Any:
@@ -171,6 +194,9 @@ class ChromaRetriever(ExternalRetriever):
             (``retrievers.dense.DenseRetriever``'s settings; with ``pipeline.index``'s values).
         id_key: metadata key of the document id (None: the Chroma id).
         recall_queries: queries on which recall@k against exact search is measured (0 = off).
+        ef_search: HNSW search breadth (None: the collection's own, 100 by default). Chroma keeps it
+            with the collection: a value that differs is written there (``collection.modify``,
+            Chroma >= 1.0 configuration ``{"hnsw": {"ef_search": N}}``) and stays for later readers.
         cache_dir: query embeddings cached there (``retrievers.dense``).
         **shared: ``retrievers.external.ExternalRetriever``'s settings.
     """
@@ -182,8 +208,12 @@ class ChromaRetriever(ExternalRetriever):
                  embed: str = "pipeline", model: str | None = None, batch_size: int = 64,
                  max_seq_length: int | None = None, query_prefix: str = "", normalize: bool = True,
                  device: str = "cpu", backend: str = "torch", id_key: str | None = None, recall_queries: int = 100,
-                 cache_dir: str | Path | None = None, encoder: Any = None, **shared: Any):
+                 cache_dir: str | Path | None = None, encoder: Any = None, ef_search: int | None = None,
+                 **shared: Any):
         super().__init__(**shared)
+        if ef_search is not None and int(ef_search) < 1:
+            raise ValueError(f"ef_search must be >= 1 or null, got {ef_search}")
+        self.ef_search = None if ef_search is None else int(ef_search)
         self.collection_name = collection
         self.path = None if path is None else str(Path(path).expanduser())
         self.host = host or None
@@ -218,7 +248,8 @@ class ChromaRetriever(ExternalRetriever):
     def identity(self) -> dict[str, Any]:
         encoder = self.encoder_settings() if self._dense is not None else None
         return {"collection": self.collection_name, "where": self.place(), "embed": self.embed, "encoder": encoder,
-                "query_prefix": None if self._dense is None else self._dense.query_prefix, "id_key": self.id_key}
+                "query_prefix": None if self._dense is None else self._dense.query_prefix, "id_key": self.id_key,
+                **({"ef_search": self.ef_search} if self.ef_search is not None else {})}
 
     def encoder_settings(self) -> dict[str, Any]:
         return encoder_settings(self._dense)
@@ -243,6 +274,8 @@ class ChromaRetriever(ExternalRetriever):
                                  "; set retriever.model (and max_seq_length, normalize) as pipeline.index had them")
         self._collection = collection
         self._space = space_of(collection)
+        if self.ef_search is not None and set_ef_search(collection, self.ef_search) and self.path is not None:
+            self._collection = reopened(self.path, self.collection_name, own)
 
     def search(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int) -> Ranking:
         self._found = {}

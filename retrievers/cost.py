@@ -10,7 +10,10 @@ encoding time, and the machine that measured them.
 - a warm-up first: ``cost.warmup`` queries searched untimed (the first queries' texts with a
   trailing space and ids ``__warmup_<i>``, so no cache of the run's queries is filled by them);
   it loads a model, fills CPU caches, starts thread pools;
-- then the timed pass (``cost.repeat`` passes; the ranking is the first pass's). A retriever
+- then the timed pass (``cost.repeat`` passes; the ranking is the first pass's). With
+  ``cost.per_query`` each query is searched alone, one ``search`` call per query, each call
+  timed (``latency_mode`` ``per_query``: real per-query times, which a paired comparison of
+  latencies needs; a batched retriever loses its batching, so throughput falls). A retriever
   that times its own calls (``latencies_ms`` after ``search``: the user-code adapters, around
   each call of the user's code, the adapter's checks included) gives per-query latencies
   (``latency_mode`` ``per_query``, or ``batch_share`` for batched user code); any other is
@@ -19,6 +22,10 @@ encoding time, and the machine that measured them.
 - percentiles p50, p95, p99 (numpy's linear interpolation) with percentile-bootstrap 95% CIs
   (``pipeline.stats.percentile``; point intervals when every share is equal), the mean, and
   throughput = queries / the pass's wall time.
+
+Each query's latency (the mean over the passes, in query order) is kept under
+:data:`PER_QUERY_KEY` for ``latency.csv`` (``pipeline.stages``; ``pipeline.compare`` pairs
+them by query): :func:`block` is the summary without them, as metrics.json and the record hold it.
 
 A retriever with ``latency_measured = False`` (a run file: nothing is retrieved) reports no
 latency, only ``latency_source: not measured`` and a ``note`` saying why. The summary is JSON-able: it is stored with
@@ -48,16 +55,20 @@ PERCENTILES = (50.0, 95.0, 99.0)
 CI_RESAMPLES = 1000
 #: ``latency_source`` values.
 MEASURED, CACHED, NOT_MEASURED = "measured", "cache", "not measured"
+#: The key of the per-query latencies in a cost summary (not in metrics.json: :func:`block`).
+PER_QUERY_KEY = "latencies_ms"
 
 
 @dataclass(frozen=True)
 class CostSettings:
     """The ``cost:`` block of the config: ``enabled`` (false: no timing at all, no cost keys),
-    ``warmup`` (queries searched untimed first), ``repeat`` (timed passes)."""
+    ``warmup`` (queries searched untimed first), ``repeat`` (timed passes), ``per_query``
+    (each query searched and timed alone)."""
 
     enabled: bool = True
     warmup: int = 5
     repeat: int = 1
+    per_query: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.warmup, bool) or int(self.warmup) < 0:
@@ -114,10 +125,13 @@ def measured_search(retriever: Any, query_ids: Sequence[str], query_texts: Seque
         if hasattr(retriever, "latencies_ms"):
             retriever.latencies_ms = None  # the pass's own, never a warm-up's
         start = time.perf_counter()
-        found = retriever.search(query_ids, query_texts, depth)
+        if settings.per_query and not hasattr(retriever, "latencies_ms"):
+            found, own = one_by_one(retriever, query_ids, query_texts, depth)
+        else:
+            found = retriever.search(query_ids, query_texts, depth)
+            own = getattr(retriever, "latencies_ms", None)
         walls.append(time.perf_counter() - start)
         ranking = found if ranking is None else ranking
-        own = getattr(retriever, "latencies_ms", None)
         if own is not None and len(own) == len(query_ids):
             samples.append(np.asarray(own, np.float64))
             mode = getattr(retriever, "latency_mode", "per_query")
@@ -125,7 +139,44 @@ def measured_search(retriever: Any, query_ids: Sequence[str], query_texts: Seque
             samples.append(np.full(len(query_ids), 1000 * walls[-1] / max(len(query_ids), 1)))
     info = summary(np.concatenate(samples), len(query_ids), walls, mode)
     info.update(warmup=n_warm, repeat=settings.repeat)
+    info[PER_QUERY_KEY] = np.mean(samples, axis=0).tolist()  # NaN (a failed call) stays NaN
     return ranking, info
+
+
+def one_by_one(retriever: Any, query_ids: Sequence[str], query_texts: Sequence[str], depth: int
+               ) -> tuple[Any, list[float]]:
+    """``cost.per_query``: each query searched alone, each call timed; the rankings stacked in
+    query order (rows padded with -1 / -inf to the longest). The retriever's embedding caches
+    are off meanwhile (as in the warm-up): a call encodes its query and searches, and no
+    per-call cache entry is looked up or written (a dense query is encoded even when a cache
+    holds it)."""
+    from retrievers.base import Ranking
+
+    rows, latencies = [], []
+    cached = _with_cache(retriever)  # one query a call: nothing of it goes to (or is read from) a cache
+    for part in cached:
+        part.cache_dir, part.per_query_cache_dir = None, part.cache_dir
+    try:
+        for qid, text in zip(query_ids, query_texts):
+            start = time.perf_counter()
+            rows.append(retriever.search([qid], [text], depth))
+            latencies.append(1000 * (time.perf_counter() - start))
+    finally:
+        for part in cached:
+            part.cache_dir = part.__dict__.pop("per_query_cache_dir")
+    width = max((r.doc_idx.shape[1] for r in rows), default=0)
+    doc_idx = np.full((len(rows), width), -1, dtype=np.int64)
+    scores = np.full((len(rows), width), -np.inf, dtype=rows[0].scores.dtype if rows else np.float64)
+    for i, r in enumerate(rows):
+        n = r.doc_idx.shape[1]
+        doc_idx[i, :n], scores[i, :n] = r.doc_idx[0], r.scores[0]
+    return Ranking(doc_idx, scores), latencies
+
+
+def block(cost: dict[str, Any]) -> dict[str, Any]:
+    """The cost summary as metrics.json and the record hold it: without the per-query latencies
+    (they go to ``latency.csv``)."""
+    return {k: v for k, v in cost.items() if k != PER_QUERY_KEY}
 
 
 def warm_up(retriever: Any, query_ids: Sequence[str], query_texts: Sequence[str], depth: int, n: int) -> int:

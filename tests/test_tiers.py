@@ -44,7 +44,7 @@ PACKAGES = ("pipeline", "retrievers", "hydra_plugins")
 
 APP = {"pipeline.__main__", "pipeline.config", "pipeline.job", "pipeline.stages", "pipeline.naming",
        "pipeline.sweep", "pipeline.sweep.callback", "pipeline.sweep.summary", "pipeline.sweep.table",
-       "pipeline.sweep.parent", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
+       "pipeline.sweep.parent", "pipeline.sweep.pareto", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
        "pipeline.api.evaluation", "pipeline.api.jobs", "pipeline.sweep.sync", "pipeline.cli", "pipeline.cli.__main__",
        "pipeline.cli.runner", *(f"pipeline.cli.{name}" for name in ("score", "compare", "sync", "pool", "judgments",
                                                                      "fetch", "index"))}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from pipeline import stats
+from pipeline.comparison.latency import latency_lines
 from pipeline.comparison.report import Report
 from pipeline.comparison.systems import describe_differences, is_factor
 from pipeline.comparison import words
@@ -132,6 +133,8 @@ def format_table(report: Report, digits: int = 3) -> str:
     if d["settings"].get("all_tests"):
         out += ["", f"every test (--all-tests), against {d['baseline']}:", *_grid(*_test_cells(report, digits=digits)),
                 _legend(report), _sensitivity_line(report, digits)]
+    if latency := latency_lines(d):
+        out += ["", *latency]
     if d["zero_filled"]:
         out.append("scored 0 where missing: " + "; ".join(
             f"{k}: {len(v)} queries" for k, v in d["zero_filled"].items()))
@@ -174,6 +177,9 @@ def format_markdown(report: Report, figures: Sequence[str] = ()) -> str:
     if d["zero_filled"]:
         lines += ["Queries missing from a system scored 0 (--missing zero): " + "; ".join(
             f"{k}: {', '.join(q[:10])}{' ...' if len(q) > 10 else ''}" for k, q in d["zero_filled"].items()), ""]
+    if latency := latency_lines(d):
+        lines += ["## Latency", "", f"{latency[0]}", "", *(f"- {t.strip()}" if t.startswith("  ") else f"\n{t}\n"
+                                                          for t in latency[1:]), ""]
     lines += _md_factors(d)
     if d["settings"].get("all_tests"):
         lines += [f"## Every test (--all-tests), against {d['baseline']}", ""]

@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from pipeline import stats
 from pipeline.comparison.systems import (DEFAULT_METRICS, SCORING, System, check_metrics, describe_differences,
                                          scoring_differences)
+from pipeline.comparison.latency import latency_report
 from pipeline.comparison.ties import blind_factors, placement_note, swept_factors
 from pipeline.comparison.verdict import (DEFAULT_MARGIN, Verdict, check_margin, compute_verdict, cutoff_note,
                                          differing_settings)
@@ -209,6 +210,7 @@ def build_report(systems: Sequence[System], metrics: Sequence[str] = DEFAULT_MET
                         "confidence": 0.95, "n_resamples": n_resamples, "n_permutations": n_permutations,
                         "seed": seed, "missing": missing, "delta": delta, "margin": margin, "all_tests": all_tests}
     data["zero_filled"] = zero_filled
+    data["latency"] = latency_report(systems, base, seed)  # cost beside quality: retrievers.cost
     if mixed:  # only then, so that a clean comparison's report keeps its keys
         data["mixed"] = mixed
     if unknown:

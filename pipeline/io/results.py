@@ -18,6 +18,8 @@ per_query.csv          every metric at every K, one row per query, and the      
 failures.md            the queries with no relevant document in the top k          the job
 run.trec               the ranking as a TREC run (``qid Q0 docid rank score tag``)  the job
 context.tsv            the placed order fed to the generator (query, slot, doc)    the job
+latency.csv            each query's retrieval latency in ms (query_id, latency_ms;  the job
+                       when cost is measured; ``pipeline.compare`` pairs them)
 config.yaml            the resolved config                                         the job
 definition_card.md     the metric definitions of this run                          the job
 plots/*.png            K-sweep and precision-recall figures                        the job
@@ -50,6 +52,8 @@ from typing import IO, Any
 from pipeline.errors import InputError
 
 RESULTS = "results"
+#: Each query's retrieval latency in ms (``pipeline.stages``; ``pipeline.comparison.latency``).
+LATENCY_FILE = "latency.csv"
 RECORD = "record.json"
 MARKER = "mlflow_run.json"
 FAILED = "FAILED"

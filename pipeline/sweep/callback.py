@@ -139,13 +139,14 @@ def _end_active(status: str) -> str:
     settings: tracking.StoreSettings | None = _ACTIVE.get("settings")
     objective = str(_ACTIVE["objective"])
     margin = float(_ACTIVE.get("margin", DEFAULT_MARGIN))
+    budget = _ACTIVE.get("budget")
     _ACTIVE.clear()  # once
     done = res.find_results([sweep_dir])
     if done or settings is not None:  # (a parent run is closed even when no job finished)
         from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
 
         try:
-            end_sweep(sweep_dir, objective, settings, status, margin)
+            end_sweep(sweep_dir, objective, settings, status, margin, budget)
         except (tracking.TrackingError, InputError) as err:
             log.warning("%s", err)
     missing = [r.parent.name for r in done if settings is not None and res.read_marker(r) is None]
@@ -164,12 +165,17 @@ class SweepCallback(Callback):
         except ValueError as err:
             print(f"error: compare.margin: {err}", file=sys.stderr)
             sys.exit(2)
+        try:  # the latency budget too (pipeline.sweep.pareto)
+            budget = pconfig.latency_budget(config)
+        except InputError as err:
+            print(str(err), file=sys.stderr)
+            sys.exit(2)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         settings = tracking.StoreSettings.of(config.tracking) if config.tracking.enabled else None
         if _jobs_in_this_process(config):  # parallel launchers' workers handle signals themselves
             _ACTIVE.update(sweep_dir=sweep_dir, objective=str(config.objective), settings=settings,
-                           margin=float(config.compare.margin))
+                           margin=float(config.compare.margin), budget=budget)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_interrupted)
         sweep_id = f"{sweep_dir.parent.name}_{sweep_dir.name}_{uuid.uuid4().hex[:6]}"
@@ -205,7 +211,8 @@ class SweepCallback(Callback):
         from pipeline.sweep.summary import end_sweep  # the sweep's end only: a job never loads it
 
         try:
-            print(end_sweep(sweep_dir, str(config.objective), settings, margin=float(config.compare.margin)))
+            print(end_sweep(sweep_dir, str(config.objective), settings, margin=float(config.compare.margin),
+                            budget=pconfig.latency_budget(config)))
         except tracking.TrackingError as err:
             print(f"error: {err}\nThe jobs' results are on disk under {sweep_dir.resolve()}; "
                   f"`python -m pipeline.cli sync {sweep_dir}` logs them later.", file=sys.stderr)

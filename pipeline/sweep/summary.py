@@ -23,6 +23,7 @@ from pipeline.comparison.ties import distinct_phrase, varying_metrics
 from pipeline.comparison.verdict import DEFAULT_MARGIN
 from pipeline.comparison.words import verdict_lines
 from pipeline.metrics import metric_key
+from pipeline.sweep import pareto
 from pipeline.sweep.parent import log_to_parent
 from pipeline.sweep.table import (ci_columns, console_rows, draw_budgets, draw_summary, job_curves, job_row,
                                   markdown_table, n_tied_with_best, resolved, sweep_table)
@@ -61,7 +62,7 @@ def _overrides(results: Path) -> str:
 
 
 def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings | None,
-              status: str = "FINISHED", margin: float = DEFAULT_MARGIN) -> str:
+              status: str = "FINISHED", margin: float = DEFAULT_MARGIN, budget: float | None = None) -> str:
     """Write the sweep's summary from its job folders, log it to the parent run (when
     tracking) and close the parent with ``status`` (FAILED when a job failed); returns the
     text to print. The summary gives each job's objective with its 95% CI and the comparison's
@@ -73,7 +74,8 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     A sweep whose jobs were scored under different definitions (it varies gain,
     relevance_level, judged_only or the dataset: ``systems.SCORING``) is compared per
     scoring setting (``summary/compare/<setting>/``, a ``scoring`` column in the table) and
-    names no overall best: its scores do not compare across those settings."""
+    names no overall best: its scores do not compare across those settings. Quality against
+    cost, under the latency ``budget`` when given: :func:`_quality_against_cost`."""
     sweep_dir = Path(sweep_dir)
     out = sweep_dir / res.SUMMARY
     out.mkdir(parents=True, exist_ok=True)
@@ -104,15 +106,46 @@ def summarize(sweep_dir: Path, objective: str, settings: tracking.StoreSettings 
     best = table.iloc[0] if len(table) and objective in table.columns and not groups and not identical else None
     text = _summary_text(info.get("sweep_id", sweep_dir.name), out, table, console_rows(headline, result_of), best,
                          objective, verdict)
-    res.write_text(out / "summary.md", f"# {info.get('run_name') or 'sweep'}\n\n{verdict}\n\n{markdown_table(headline)}")
     per_scoring = _per_scoring_text(table, objective, groups) if groups else ""
     text += per_scoring
+    costs, answer = _quality_against_cost(sweep_dir, jobs, objective, out, reports[0] if reports and not groups
+                                          else None, margin, budget, bool(groups))
+    text += f"\n{costs}" if costs else ""
+    res.write_text(out / "summary.md", f"# {info.get('run_name') or 'sweep'}\n\n{verdict}\n\n"
+                   + (f"{costs}\n\n" if costs else "") + markdown_table(headline))
     if note:
         text += f"\nnote: {note}"
     if settings is not None:
         text += log_to_parent(sweep_dir, info, settings, out, table, headline, best, objective, status,
-                              per_scoring, verdict, twins)
+                              per_scoring, verdict, twins, costs, answer)
     return text
+
+
+def _quality_against_cost(sweep_dir: Path, jobs: list[tuple[Path, dict[str, Any]]], objective: str, out: Path,
+                          report: dict[str, Any] | None, margin: float, budget: float | None,
+                          mixed: bool) -> tuple[str, dict[str, Any] | None]:
+    """The quality-against-cost lines (:func:`pareto.describe`: the jobs on the Pareto front of
+    the objective against p95 latency and, with a latency ``budget``, ``select.max_latency_p95_ms``,
+    the best job within it, the jobs within it that could be as good, the better jobs it rules
+    out) and the budget's answer (parent tags ``best_within_budget_*``), with
+    ``pareto.csv``/``.png`` written; a failed job (its FAILED note, no result) is unmeasured.
+    Jobs scored differently (``mixed``) get no front: their objectives do not compare."""
+    if mixed:
+        return "quality against cost: no front, the jobs were scored under different definitions", None
+    if budget is None:  # pipeline.sync ending a sweep: the budget its jobs were run with
+        budget = pareto.budget_of([record for _, record in jobs])
+    points = pareto.points_of(jobs, objective)
+    done = {str(r.parent.resolve()) for r, _ in jobs}
+    for note in sorted(sweep_dir.glob(f"*/{res.FAILED}")):
+        if str(note.parent.resolve()) not in done:
+            points.append(pareto.Point(note.parent.name, str(note.parent), "", float("nan"), float("nan"),
+                                       float("nan"), None, None, None, "failed"))
+    if not points:
+        return "", None
+    front = pareto.front_of(points)
+    answer = None if budget is None else pareto.budget_answer(points, budget, objective, report, margin)
+    pareto.write(out, points, front, answer, objective)
+    return pareto.describe(points, front, answer, objective, pareto.machines(jobs)), answer
 
 
 def _table(jobs: list[tuple[Path, dict[str, Any]]], reports: list[dict[str, Any]], groups: dict[str, list[Path]],
@@ -267,13 +300,13 @@ def _compare(folders: list[Path], objective: str, out: Path, n_jobs: int,
 
 
 def end_sweep(sweep_dir: Path, objective: str, settings: tracking.StoreSettings | None,
-              status: str = "FINISHED", margin: float = DEFAULT_MARGIN) -> str:
+              status: str = "FINISHED", margin: float = DEFAULT_MARGIN, budget: float | None = None) -> str:
     """Log the jobs that have not reached the store (their logger may have died), then
-    summarize with the practical ``margin`` (``compare.margin``); the parent is FAILED when
-    any job failed."""
+    summarize with the practical ``margin`` (``compare.margin``) and the latency ``budget``
+    (``select.max_latency_p95_ms``); the parent is FAILED when any job failed."""
     sweep_dir = Path(sweep_dir)
     if settings is not None:
         log_pending(sweep_dir, settings)
     if any(sweep_dir.glob(f"*/{res.FAILED}")) and status == "FINISHED":
         status = "FAILED"
-    return summarize(sweep_dir, objective, settings, status, margin)
+    return summarize(sweep_dir, objective, settings, status, margin, budget)

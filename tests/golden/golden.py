@@ -122,8 +122,9 @@ def run_all(root: Path) -> None:
 # --------------------------------------------------------------------------- normalizing
 
 
-#: Keys of a comparison report that name when it ran and the ids of the store and sweep.
-_REPORT_VOLATILE = {"created", "run_id", "sweep"}
+#: Keys of a comparison report that name when it ran and the ids of the store and sweep, and its
+#: latencies (``latency``: measured in time, they vary run to run like the jobs' ``time_*_s``).
+_REPORT_VOLATILE = {"created", "run_id", "sweep", "latency"}
 
 
 def _scrub(value: Any, root: Path, drop: frozenset[str] | set[str] = frozenset()) -> Any:

@@ -94,6 +94,34 @@ def test_user_code_warms_up_on_real_queries_and_a_failed_warmup_is_not_fatal():
     assert cost.warm_up(bundled, ids, texts, 3, 2) == 0
 
 
+def test_per_query_mode_times_each_query_alone_and_keeps_the_batch_ranking():
+    class Ranker(Sleeper):
+        """Sleeps 10 ms for even queries, 40 ms for odd ones; doc i+1 then i for query qi."""
+
+        def search(self, query_ids, query_texts, depth):
+            self.calls.append(list(query_ids))
+            time.sleep(sum(0.040 if int(q[1:]) % 2 else 0.010 for q in query_ids if q.startswith("q")))
+            rows = [[int(q[1:]) + 1, int(q[1:])] if q.startswith("q") else [0, 1] for q in query_ids]
+            return Ranking(np.array(rows, np.int64), np.tile(np.array([2.0, 1.0], np.float32), (len(rows), 1)))
+
+    ids = [f"q{i}" for i in range(10)]
+    batch, _ = cost.measured_search(Ranker(), ids, ids, 2, cost.CostSettings(warmup=0))
+    retriever = Ranker()
+    ranking, info = cost.measured_search(retriever, ids, ids, 2, cost.CostSettings(warmup=0, per_query=True,
+                                                                                   repeat=2))
+    assert retriever.calls == [[q] for q in ids] * 2  # one call per query, each pass
+    np.testing.assert_array_equal(ranking.doc_idx, batch.doc_idx)
+    assert ranking.scores.dtype == np.float32 and info["latency_mode"] == "per_query"
+    times = np.array(info[cost.PER_QUERY_KEY])  # each query's own time (the mean of 2 passes), in order
+    assert times.shape == (10,) and np.all(times[0::2] >= 10.0) and np.all(times[1::2] >= 40.0)
+    # a loaded machine oversleeps both alike: their difference is the 30 ms the odd ones sleep longer
+    assert np.median(times[1::2]) - np.median(times[0::2]) == pytest.approx(30.0, rel=0.2)
+    assert cost.PER_QUERY_KEY not in cost.block(info) and cost.block(info)["metrics"] == info["metrics"]
+    # the batch mode keeps each query's share too (every query the same)
+    assert len(set(batch_info := cost.measured_search(Ranker(), ids, ids, 2, cost.CostSettings(warmup=0))[1][
+        cost.PER_QUERY_KEY])) == 1 and len(batch_info) == 10
+
+
 def test_a_retriever_that_retrieves_nothing_is_not_measured_and_says_so():
     retriever = Sleeper(measured=False)
     _, info = cost.measured_search(retriever, ["q"], ["t"], 3, cost.CostSettings())
