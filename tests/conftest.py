@@ -1,6 +1,11 @@
-"""Settings for the whole suite."""
+"""Settings for the whole suite: the layers' servers (tests/e2e_servers.py) and the order of
+the files for ``-n 2 --dist loadfile``."""
 
 from __future__ import annotations
+
+#: The session-scoped servers of the end-to-end layer (MLflow, PostgreSQL, Chroma, Ray,
+#: Label Studio), started once per session and shared between files; docs/testing.md.
+pytest_plugins = ("e2e_servers",)
 
 #: Test files that take minutes on a fresh machine (MiniLM encodes SciFact), run first: with
 #: ``-n 2 --dist loadfile`` one worker starts on them at once while the other takes the rest,

@@ -1,8 +1,9 @@
 """Ray: sweeps through ``hydra/launcher=ray`` (hydra_plugins/pipeline_ray_launcher) and corpus
 encoding on Ray Data (``retriever.encode.engine=ray``, retrievers/dense/ray_encode.py).
 
-One local Ray of 2 CPUs (``ray_cluster``) serves the tests that need a running cluster: the
-in-process encodings use it as this process's Ray, the Ray sweep joins it by its address.
+One local Ray of 2 CPUs (``ray_cluster``, the session's: tests/e2e_servers.py) serves the tests
+that need a running cluster: the in-process encodings use it as this process's Ray, the Ray
+sweep joins it by its address.
 The SIGINT test lets the command start (and stop) its own Ray. Every Ray process started
 here carries a marker in its environment; each test that starts Ray checks that none is left.
 """
@@ -22,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_servers import RAY_MARKER as MARKER
+from e2e_servers import assert_nothing_left
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
-MARKER = "PIPELINE_TEST_MARKER"
-GRACE_S = 15.0  # Ray's raylet and GCS take a few seconds to exit after ray.shutdown()
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
@@ -34,32 +35,6 @@ import ray  # noqa: E402  (the ray extra is part of the test extra: missing, the
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def carriers(marker: str) -> list[int]:
-    needle = marker.encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and entry.name != str(os.getpid()):
-            try:
-                if needle in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def assert_nothing_left(marker: str, what: str) -> None:
-    deadline = time.monotonic() + GRACE_S
-    while (left := carriers(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    names = []
-    for pid in left:
-        try:
-            names.append((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
-        except OSError:
-            names.append(f"{pid} (gone)")
-    assert not left, f"{what} left Ray processes alive: {names}"
 
 
 def env(marker: str | None = None, **extra: str) -> dict[str, str]:
@@ -141,22 +116,10 @@ class DyingEncoder:
 
 
 # ----------------------------------------------------------------------------- the shared Ray
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray of 2 CPUs for this module, started in this process (which is its driver);
-    its address lets subprocesses join it. Stopped at the end, with nothing left behind."""
-    marker = f"ray-tests-{uuid.uuid4().hex}"
-    os.environ[MARKER] = marker  # inherited by every Ray process started below
-    try:
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DyingEncoder, in the actors
-        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        yield context.address_info["gcs_address"]
-    finally:
-        ray.shutdown()
-        os.environ.pop(MARKER, None)
-    assert_nothing_left(marker, "the tests' Ray")
+# ``ray_cluster`` is the session's (tests/e2e_servers.py): a local Ray of 2 CPUs driven by this
+# process, its processes marked, shut down after this file's last test that uses it with none
+# left. DyingEncoder and its kin travel to its actors by value:
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 # ----------------------------------------------------------------------------- sweeps
