@@ -28,6 +28,9 @@ from e2e_servers import assert_nothing_left
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
+#: The golden sweep's overrides (tests/golden/golden.py SWEEP): its recorded numbers are the
+#: basic launcher's, which a Ray sweep must reproduce.
+GOLDEN_SWEEP = ("reorder=none,lost_in_the_middle", "k=3,5", "objective=context_utility_at_10")
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
@@ -82,17 +85,6 @@ def runs_of(store: Path) -> list:
     return [run for exp in client.search_experiments() for run in client.search_runs([exp.experiment_id])]
 
 
-def job_metrics(sweep: Path) -> dict[str, dict[str, float]]:
-    """Each job's numbers (metrics.json), keyed by its overrides."""
-    found = {}
-    for record in sweep.glob("*/results/record.json"):
-        rec = json.loads(record.read_text())
-        overrides = " ".join(sorted(o for o in rec["tags"]["hydra_overrides"].split() if not o.startswith(("paths.",
-                                                                                                  "hydra"))))
-        found[overrides] = json.loads((record.parent / "metrics.json").read_text())["metrics"]
-    return found
-
-
 class DyingEncoder:
     """The bundled model, whose actor process exits in the middle of its first batch (only the
     first time, with ``always=False``: a flag file says it died once)."""
@@ -126,9 +118,9 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path):
-    sweep = ["k=3,5", "reorder=none,lost_in_the_middle", "hydra.sweep.dir=${paths.root}/sweep"]
-    basic = pipeline("-m", *sweep, f"paths.root={tmp_path / 'basic'}")
-    assert basic.returncode == 0, basic.stderr[-3000:]
+    """The golden sweep (tests/golden: its 4 jobs as the basic launcher ran them), on Ray: the
+    same numbers, each job logged once under one parent."""
+    sweep = [*GOLDEN_SWEEP, "hydra.sweep.dir=${paths.root}/sweep"]
     on_ray = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *sweep,
                       f"paths.root={tmp_path / 'ray'}")
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
@@ -143,10 +135,18 @@ def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launcher
     assert sorted(keys) == sorted(records) and len(set(keys)) == 4  # each job exactly once
     assert all(r.info.status == "FINISHED" for r in children)
 
-    expected, got = job_metrics(tmp_path / "basic" / "sweep"), job_metrics(tmp_path / "ray" / "sweep")
+    # The basic launcher's numbers: the golden sweep's (every metric but the timings, to 1e-12).
+    golden = json.loads((ROOT / "tests" / "golden" / "expected" / "numbers.json").read_text())
+    expected = {golden[f"sweep_{i}"]["record"]["run_name"]: golden[f"sweep_{i}"]["metrics.json"]["metrics"]
+                for i in range(4)}
+    got = {}
+    for results in (tmp_path / "ray" / "sweep").glob("*/results"):
+        got[json.loads((results / "record.json").read_text())["run_name"]] = json.loads(
+            (results / "metrics.json").read_text())["metrics"]
     assert sorted(got) == sorted(expected) and len(got) == 4
     for job, metrics in expected.items():
-        numbers = sorted(k for k in metrics if not k.startswith("time_"))
+        numbers = sorted(metrics)
+        assert len(numbers) > 40 and set(numbers) <= set(got[job]), job
         np.testing.assert_allclose([got[job][k] for k in numbers], [metrics[k] for k in numbers], rtol=1e-12,
                                    err_msg=job)
     assert "summary" in on_ray.stdout and "best" in on_ray.stdout  # the sweep's end, in the launching process
