@@ -58,6 +58,10 @@ _ADAPTERS = {
 }
 
 
+#: The option whose job draws its figures for real in test_every_config_option_composes_and_runs.
+FIGURES_DRAWN_FOR = ("reorder", "none")
+
+
 def _options() -> list:
     found = []
     for path in sorted(CONF.glob("*/*.yaml")):
@@ -118,7 +122,17 @@ def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypa
         assert OmegaConf.to_yaml(cfg)  # composes and resolves
         return
     cfg = compose_cfg(overrides)
+    drawn = []
+    if (group, option) != FIGURES_DRAWN_FOR:
+        # The figures depend on the curves and k only (the same for every option here: k=5,
+        # k_max=10), and matplotlib is most of a job's time on the sample: one option draws them,
+        # the others hand them to a recorder (test_mlflow_contract and the sweeps check the PNGs).
+        monkeypatch.setattr("pipeline.figures.save_run_figures", lambda *args: drawn.append(args) or [])
     value = run(cfg)
+    if (group, option) != FIGURES_DRAWN_FOR:
+        assert len(drawn) == 1 and drawn[0][2] == 5 and set(drawn[0][1]) >= {"precision", "recall", "ndcg"}
+    else:
+        assert len(list(tmp_path.glob("outputs/runs/*/*/results/plots/*.png"))) == 2
     assert 0.0 <= value <= 1.0
     results = sorted(tmp_path.glob("outputs/runs/*/*/results/metrics.json"))
     assert len(results) == 1
