@@ -190,7 +190,17 @@ def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ra
 # ----------------------------------------------------------------------------- encoding
 
 
-def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def local_embeddings() -> np.ndarray:
+    """The sample's documents encoded in this process, without a cache: what every encoding on
+    Ray must equal (made once for the module)."""
+    from retrievers.dense import DenseRetriever
+
+    return DenseRetriever(cache_dir=None).encode(sample_texts()[1])
+
+
+def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path,
+                                                                                   local_embeddings):
     """One job encodes the sample on Ray, a local retriever then reads its cache (the engine is
     not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
     equals the golden dense job's (tests/golden, recorded with in-process encoding)."""
@@ -217,13 +227,13 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
     again = DenseRetriever(cache_dir=cache)  # engine local: a cache hit on what Ray wrote
     again.index(ids, texts)
     assert again.last_cache_hits["docs"] is True
-    local = DenseRetriever(cache_dir=None).encode(texts)
+    local = local_embeddings
     assert again.doc_embeddings.shape == local.shape == (171, 384)
     assert float(np.abs(again.doc_embeddings - local).max()) <= 1e-5
     assert ndcg("local") == pytest.approx(on_ray_ndcg, abs=1e-12)  # the Ray job's caches, read by a local job
 
 
-def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path):
+def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path, local_embeddings):
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
@@ -232,7 +242,7 @@ def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path):
                            encode={"engine": "ray", "concurrency": 1, "batch_size": 32, "max_retries": 2})
     dense.index(ids, texts)
     assert flag.exists(), "the worker did not die: the test tests nothing"
-    local = DenseRetriever(cache_dir=None).encode(texts)
+    local = local_embeddings
     assert float(np.abs(dense.doc_embeddings - local).max()) <= 1e-5
 
 
@@ -281,7 +291,8 @@ class Counting(PoisonedEncoder):
         return super().encode(sentences, batch_size, **kwargs)
 
 
-def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encodes_the_rest(ray_cluster, tmp_path):
+def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encodes_the_rest(ray_cluster, tmp_path,
+                                                                                           local_embeddings):
     from retrievers.dense import DenseRetriever, RayFailed
 
     ids, texts = sample_texts()
@@ -299,7 +310,7 @@ def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encod
     rerun = DenseRetriever(cache_dir=cache, encoder=counting)  # engine local: the same shards
     rerun.index(ids, texts)
     assert counting.n == rerun.text_cache_stats["docs"]["encoded"] == 171 - kept
-    local = DenseRetriever(cache_dir=None).encode(texts)
+    local = local_embeddings
     assert float(np.abs(rerun.doc_embeddings - local).max()) <= 1e-5
 
 
