@@ -1,16 +1,24 @@
-"""Settings for the whole suite."""
+"""Settings for the whole suite: the layers' servers (tests/e2e_servers.py) and the order of
+the files for ``-n 2 --dist loadfile``."""
 
 from __future__ import annotations
 
-#: Test files that take minutes on a fresh machine (MiniLM encodes SciFact), run first: with
-#: ``-n 2 --dist loadfile`` one worker starts on them at once while the other takes the rest,
-#: instead of one worker meeting them last and the suite waiting for it.
-#: After them the files that take a minute or more anyway (servers, Ray, many sweeps), so the
-#: last minutes hold short files that both workers share.
-FIRST = ("tests/retrievers/test_scifact.py", "tests/golden/test_golden.py", "tests/ray/test_ray.py",
-         "tests/faults/test_team_server.py", "tests/faults/test_secrets.py", "tests/pipeline/test_app.py",
-         "tests/test_processes.py", "tests/faults/test_tracking_faults.py", "tests/pipeline/test_sweep_output.py",
-         "tests/faults/test_sync_store.py")
+#: The session-scoped servers of the end-to-end layer (MLflow, PostgreSQL, Chroma, Ray,
+#: Label Studio), started once per session and shared between files; docs/testing.md.
+pytest_plugins = ("e2e_servers",)
+
+#: The longest files first, longest first (measured with ``--durations=0``, 2026-12-03): with
+#: ``-n 2 --dist loadfile`` each worker starts on long files while the short ones, which both
+#: workers share, fill the last minutes, instead of one worker meeting a long file last and the
+#: suite waiting for it. The app's sweeps (every launcher), the team server (PostgreSQL, three
+#: concurrent sweeps, the secrets test), the app's options and Ray take minutes; SciFact takes
+#: minutes on a machine whose test cache is cold (MiniLM encodes it). Re-order when a file's
+#: time changes a lot.
+FIRST = ("tests/pipeline/test_app_sweeps.py", "tests/faults/test_team_server.py", "tests/pipeline/test_app.py",
+         "tests/ray/test_ray.py", "tests/golden/test_golden.py", "tests/retrievers/test_scifact.py",
+         "tests/test_processes.py", "tests/pipeline/test_browser.py", "tests/faults/test_tracking_faults.py",
+         "tests/pipeline/test_sweep_output.py", "tests/faults/test_sync_store.py", "tests/judging/test_labelstudio.py",
+         "tests/pipeline/test_server.py", "tests/retrievers/test_chroma.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

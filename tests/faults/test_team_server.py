@@ -1,5 +1,6 @@
 """Team scale on a real database: ``tracking=server`` against ``mlflow server`` with a
-PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it.
+PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it (the
+session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
 
 - Three joblib sweeps of 8 jobs each, started at once by one user: 24 job runs and 3 parent
   runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
@@ -7,6 +8,16 @@ PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md run
 - A job without credentials is refused with one clear line, exit status 3 and its results
   on disk; a second user's job with MLFLOW_TRACKING_USERNAME/PASSWORD lands in the shared
   experiment; no password reaches params, tags, the job's output or its folder.
+- Secrets stay secret (issue 28): ``tracking.uri=http://alice:PASSWORD@host`` reaches the
+  server, and the password is in no file, param, tag, description or log line: not in
+  ``record.json``, ``config.yaml``, ``mlflow_run.json``, the ``.hydra/`` copies Hydra saves, a
+  sweep's ``multirun.yaml`` and ``mlflow_sweep.json``, the jobs' logs, the console, nor in any
+  run the server holds (the jobs' and the sweep parent's params, tags, ``hydra_overrides``,
+  descriptions) or any artifact it stores. ``pipeline.sync`` later reaches the server with
+  MLFLOW_TRACKING_USERNAME/PASSWORD, the credentials the records do not hold;
+  ``pipeline.sync --tracking-uri`` and ``pipeline.compare --log --tracking-uri`` with the
+  password in the URI show it nowhere either (issue 33): not on the console, in report.json
+  or the runs. (This was tests/faults/test_secrets.py, on a server of its own.)
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_servers import quiet_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +87,7 @@ def _run_without(secret: str, run) -> None:
 
 # --------------------------------------------------------------------------- three sweeps at once
 @pytest.mark.slow
-def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path):
+def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     user = "alice"
     password = team_server.users[user]
     procs = []
@@ -111,7 +123,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path):
                                       f"{SWEEP_TIMEOUT_S} s)\n{_explain(stdout)}\n{_explain(stderr)}\n"
                                       f"--- server ---\n{team_server.server.log_tail()}")
 
-    client = team_server.client("admin")
+    client = team_server.client(monkeypatch)
     experiment = client.get_experiment_by_name(EXPERIMENT)
     assert experiment is not None
     all_runs = []
@@ -162,7 +174,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path):
 
 # --------------------------------------------------------------------------- credentials
 @pytest.mark.slow
-def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path):
+def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path, monkeypatch):
     # No credentials: refused with one clear line; the results are on disk.
     anon = _job(team_server, None, tmp_path / "anon")
     assert anon.returncode == 3, _explain(anon)
@@ -183,7 +195,7 @@ def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path):
     match = RUN_LINE.search(job.stdout)
     assert match, f"no 'MLflow run ...' line\n{_explain(job)}"
     assert (match["exp"], match["uri"]) == (EXPERIMENT, team_server.uri)
-    run = team_server.client("admin").get_run(match["run_id"])
+    run = team_server.client(monkeypatch).get_run(match["run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params, "no params logged"
     bob_results = tmp_path / "bob" / "run" / "results"
@@ -201,6 +213,101 @@ def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path):
     for path in team_server.server.artifacts.rglob("*"):
         if path.is_file() and path.suffix != ".png":
             _no_secret(password, f"server artifact {path}", path.read_text(errors="replace"))
+
+
+# --------------------------------------------------------------------------- a password in the URI
+SECRETS_EXPERIMENT = "secrets"  # its own experiment on the shared server: its runs are counted
+TIMEOUT_S = 300
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = quiet_env()  # no MLFLOW_* credentials inherited
+    env.update(HF_HUB_OFFLINE="1", **extra)
+    return env
+
+
+def _files_holding_no(secret: str, folder: Path) -> int:
+    """How many files under ``folder`` were read (every byte, binary files too); fails on the
+    first that holds ``secret``."""
+    checked = 0
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the password is in {path}"
+            checked += 1
+    return checked
+
+
+def _secrets_runs(client) -> list:
+    """The runs of this test: the jobs' experiment and the comparisons' ('compare')."""
+    ids = [e.experiment_id for e in client.search_experiments() if e.name in (SECRETS_EXPERIMENT, "compare")]
+    return client.search_runs(ids, max_results=100) if ids else []
+
+
+@pytest.mark.slow
+def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path, capsys, monkeypatch):
+    password = team_server.users["alice"]
+    uri_with_password = team_server.uri.replace("http://", f"http://alice:{password}@")
+    sweep = tmp_path / "sweep"
+    common = ["tracking=server", f"tracking.uri={uri_with_password}", f"tracking.experiment={SECRETS_EXPERIMENT}",
+              f"paths.root={tmp_path / 'out'}"]
+    job = subprocess.run([sys.executable, "-m", "pipeline", *common, f"hydra.run.dir={tmp_path / 'job'}"],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert job.returncode == 0, job.stderr[-3000:]
+    swept = subprocess.run([sys.executable, "-m", "pipeline", "-m", "k=3,5", "verbose=true", *common,
+                            f"hydra.sweep.dir={sweep}"],
+                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    for proc in (job, swept):
+        assert password not in proc.stdout + proc.stderr
+    assert "alice\\:***@" in swept.stdout  # verbose: the launcher's line of each job's overrides (Hydra escapes ":")
+    # every file the job and the sweep wrote, and every artifact the server stores
+    assert _files_holding_no(password, tmp_path) > 40
+    assert (tmp_path / "job" / ".hydra" / "overrides.yaml").read_text().count("alice:***@") == 1
+    assert (sweep / "multirun.yaml").is_file() and (sweep / "0" / ".hydra" / "hydra.yaml").is_file()
+    assert _files_holding_no(password, team_server.server.artifacts) > 10
+
+    client = team_server.client(monkeypatch)  # admin, for this test only
+    runs = _secrets_runs(client)
+    assert len(runs) == 4  # the job, the sweep's parent and its two jobs
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    for run in runs:
+        _run_without(password, run)
+    jobs = [r for r in runs if r.data.tags.get("sweep_parent") != "true"]
+    assert all(r.data.tags["hydra_overrides"].replace("\\", "").count("tracking.uri=http://alice:***@") == 1
+               for r in jobs)
+    assert all(r.data.params["tracking.uri"] == uri_with_password.replace(password, "***") for r in jobs)
+
+    # The records name the server without the password; sync reaches it with the environment's.
+    synced = subprocess.run([sys.executable, "-m", "pipeline.sync", str(tmp_path / "job"), str(sweep)], cwd=REPO,
+                            env=_env(MLFLOW_TRACKING_USERNAME="alice", MLFLOW_TRACKING_PASSWORD=password),
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    assert "sync: 0 logged, 3 already logged, 0 closed" in synced.stdout
+    assert password not in synced.stdout + synced.stderr
+    assert _files_holding_no(password, tmp_path) > 40
+
+    # Every other command that takes a tracking URI, in this process (issue 33): sync and
+    # compare --log, to a new run in "compare" and to the sweep's parent run.
+    from pipeline.cli.compare import main as compare
+    from pipeline.cli.sync import main as sync
+
+    capsys.readouterr()
+    assert sync([str(tmp_path / "job"), "--tracking-uri", uri_with_password]) == 0
+    assert compare([str(tmp_path / "job"), str(sweep / "0"), "--log", "--tracking-uri", uri_with_password,
+                    "--out", str(tmp_path / "compare"), "--n-resamples", "200", "--n-permutations", "200"]) == 0
+    assert compare([str(sweep), "--log", "--tracking-uri", uri_with_password, "--out", str(tmp_path / "swept"),
+                    "--n-resamples", "200", "--n-permutations", "200"]) == 0
+    out, err = capsys.readouterr()
+    assert password not in out + err
+    assert f"at {team_server.uri}" in out and "sync: 0 logged, 1 already logged" in out
+    logged = [json.loads((tmp_path / name / "report.json").read_text())["mlflow"] for name in ("compare", "swept")]
+    assert [(m["uri"], m["sweep_parent"]) for m in logged] == [(team_server.uri, False), (team_server.uri, True)]
+    assert _files_holding_no(password, tmp_path) > 50
+    runs = _secrets_runs(client)
+    assert len(runs) == 5  # the comparison's own run besides the four
+    for run in runs:
+        _run_without(password, run)
+    assert _files_holding_no(password, team_server.server.artifacts) > 15
 
 
 # --------------------------------------------------------------------------- the helpers (no server)

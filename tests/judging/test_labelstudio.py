@@ -1,6 +1,7 @@
 """Label Studio for real: pool -> project through the API -> two annotators through the API
 and one grade typed in the browser -> export -> qrels -> a pipeline run on them; the server
-is stopped at the end. Label Studio runs from its own virtual environment (lsserver.py)."""
+is the session's ``label_studio`` (tests/e2e_servers.py), stopped and checked gone after this
+test. Label Studio runs from its own virtual environment (lsserver.py)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,6 @@ pytestmark = [
                                                "in its own virtual environment; LABEL_STUDIO_BIN points elsewhere)"),
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} missing (apt-get install chromium)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def template():
-    folder = lsserver.template_dir(VERSION)
-    if not (folder / "data").is_dir():
-        seconds = lsserver.build_template(VERSION)
-        print(f"\nLabel Studio {VERSION}: migrated template built in {seconds:.0f} s at {folder}")
-    return folder
 
 
 def _grade_in_browser(url: str, project: int, task: int, key: str) -> float:
@@ -82,7 +74,7 @@ def _grade_in_browser(url: str, project: int, task: int, key: str) -> float:
     return time.perf_counter() - start
 
 
-def test_label_studio_round_trip(template, tmp_path, monkeypatch):
+def test_label_studio_round_trip(label_studio, tmp_path, monkeypatch):
     timings: dict[str, float] = {}
     queries = tmp_path / "topics.jsonl"
     sample = [json.loads(line) for line in (REPO / "pipeline/sample/queries.jsonl").read_text().splitlines()][:4]
@@ -91,48 +83,45 @@ def test_label_studio_round_trip(template, tmp_path, monkeypatch):
     truth = read_qrels(REPO / "pipeline/sample/qrels/test.tsv")
     true_grade = {(q, d): g for q, d, g in zip(truth.query_ids, truth.doc_ids, truth.grades.tolist())}
 
-    server = lsserver.Server(template, tmp_path)
-    with server:
-        timings["server_start_s"] = server.start_seconds
-        url = server.url
-        # 1. pool the four questions (a corpus without judgments) into a new project, via the API
-        monkeypatch.setenv("LABEL_STUDIO_API_KEY", lsserver.ADMIN.token)
-        out = tmp_path / "pool"
-        t0 = time.perf_counter()
-        assert pool_command.main(["dataset=trec", "dataset.qrels=null", f"dataset.queries={queries}",
-                                  f"dataset.corpus={corpus}", f"cache_dir={tmp_path / 'cache'}", "--retriever", "bm25",
-                                  "--depth", "3", "--out", str(out), "--label-studio", url, "--title",
-                                  "sample pool"]) == 0
-        timings["pool_and_import_s"] = time.perf_counter() - t0
-        admin = labelstudio.Client(url, lsserver.ADMIN.token)
-        second = labelstudio.Client(url, lsserver.ANNOTATOR.token)
-        project = max(p["id"] for p in admin.request("GET", "/api/projects")["results"])
-        tasks = sorted(admin.tasks(project), key=lambda t: t["id"])
-        pooled = [tuple(line.split("\t")) for line in (out / "pool.tsv").read_text().splitlines()[1:]]
-        assert [(t["data"]["query_id"], t["data"]["doc_id"]) for t in tasks] == pooled and len(pooled) == 12
+    server = label_studio  # the session's (tests/e2e_servers.py): stopped, and checked gone, at its end
+    timings["server_start_s"] = server.start_seconds
+    url = server.url
+    # 1. pool the four questions (a corpus without judgments) into a new project, via the API
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", lsserver.ADMIN.token)
+    out = tmp_path / "pool"
+    t0 = time.perf_counter()
+    assert pool_command.main(["dataset=trec", "dataset.qrels=null", f"dataset.queries={queries}",
+                              f"dataset.corpus={corpus}", f"cache_dir={tmp_path / 'cache'}", "--retriever", "bm25",
+                              "--depth", "3", "--out", str(out), "--label-studio", url, "--title",
+                              "sample pool"]) == 0
+    timings["pool_and_import_s"] = time.perf_counter() - t0
+    admin = labelstudio.Client(url, lsserver.ADMIN.token)
+    second = labelstudio.Client(url, lsserver.ANNOTATOR.token)
+    project = max(p["id"] for p in admin.request("GET", "/api/projects")["results"])
+    tasks = sorted(admin.tasks(project), key=lambda t: t["id"])
+    pooled = [tuple(line.split("\t")) for line in (out / "pool.tsv").read_text().splitlines()[1:]]
+    assert [(t["data"]["query_id"], t["data"]["doc_id"]) for t in tasks] == pooled and len(pooled) == 12
 
-        # 2. the browser: the first task's grade typed with the keyboard (hotkey 2, Ctrl+Enter), on a
-        #    task nobody has annotated yet (Label Studio would open an existing annotation)
-        first = (tasks[0]["data"]["query_id"], tasks[0]["data"]["doc_id"])
-        timings["browser_s"] = _grade_in_browser(url, project, tasks[0]["id"], "2")
+    # 2. the browser: the first task's grade typed with the keyboard (hotkey 2, Ctrl+Enter), on a
+    #    task nobody has annotated yet (Label Studio would open an existing annotation)
+    first = (tasks[0]["data"]["query_id"], tasks[0]["data"]["doc_id"])
+    timings["browser_s"] = _grade_in_browser(url, project, tasks[0]["id"], "2")
 
-        # 3. two annotators through the API (the admin graded the first task in the browser)
-        given = {"admin": {first: 2}, "second": {}}
-        for i, task in enumerate(tasks):
-            item = (task["data"]["query_id"], task["data"]["doc_id"])
-            grade = true_grade.get(item, 0)
-            other = min(3, grade + 1) if i % 3 == 0 else grade
-            second.annotate(task["id"], other)
-            given["second"][item] = other
-            if i:
-                admin.annotate(task["id"], grade)
-                given["admin"][item] = grade
+    # 3. two annotators through the API (the admin graded the first task in the browser)
+    given = {"admin": {first: 2}, "second": {}}
+    for i, task in enumerate(tasks):
+        item = (task["data"]["query_id"], task["data"]["doc_id"])
+        grade = true_grade.get(item, 0)
+        other = min(3, grade + 1) if i % 3 == 0 else grade
+        second.annotate(task["id"], other)
+        given["second"][item] = other
+        if i:
+            admin.annotate(task["id"], grade)
+            given["admin"][item] = grade
 
-        # 4. export through the API
-        export = tmp_path / "export.json"
-        export.write_text(json.dumps(admin.export(project)))
-    # the server is stopped, its whole process group gone
-    assert server.proc.poll() is not None and not lsserver.healthy(url)
+    # 4. export through the API
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(admin.export(project)))
 
     # 5. qrels per annotator and consensus, agreement
     judged = tmp_path / "judged"

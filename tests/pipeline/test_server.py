@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.slow  # each test starts a real mlflow server
+pytestmark = pytest.mark.slow  # the session's mlflow server (tests/e2e_servers.py) and a job each
 
 RUN_NAME = "bm25 k10"  # the default config's run name
 K_MAX = 20
@@ -34,6 +34,9 @@ def _all_artifacts(client, run_id: str, path: str | None = None) -> set[str]:
 def test_run_lands_on_server(mlflow_server, run_pipeline, tmp_path):
     from mlflow import MlflowClient
 
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    experiment = client.get_experiment_by_name("sample")  # the session's server: other tests' runs are not ours
+    before = set() if experiment is None else {r.info.run_id for r in client.search_runs([experiment.experiment_id])}
     proc = run_pipeline("tracking=server", f"tracking.uri={mlflow_server.uri}")
     assert proc.returncode == 0, _explain(proc)
     match = RUN_LINE.search(proc.stdout)
@@ -46,11 +49,10 @@ def test_run_lands_on_server(mlflow_server, run_pipeline, tmp_path):
     results = tmp_path / "run" / "results"
     local = json.loads((results / "metrics.json").read_text())
 
-    client = MlflowClient(tracking_uri=mlflow_server.uri)
     experiment = client.get_experiment_by_name("sample")
     assert experiment is not None
     found = client.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = '{RUN_NAME}'")
-    assert [r.info.run_id for r in found] == [run_id]
+    assert [r.info.run_id for r in found if r.info.run_id not in before] == [run_id]  # one new run, no other
 
     run = client.get_run(run_id)
     assert run.info.run_name == RUN_NAME
@@ -66,7 +68,7 @@ def test_run_lands_on_server(mlflow_server, run_pipeline, tmp_path):
     listed = _all_artifacts(client, run_id)
     assert ARTIFACTS <= listed, f"missing artifacts: {sorted(ARTIFACTS - listed)}; listed: {sorted(listed)}"
     # Proxied through the server: the file it stored is the job's file.
-    stored = mlflow_server.artifacts.rglob("run.trec")
+    stored = [p for p in mlflow_server.artifacts.rglob("run.trec") if run_id in p.parts]
     assert [p.read_bytes() for p in stored] == [(results / "run.trec").read_bytes()]
 
 

@@ -1,8 +1,9 @@
 """Ray: sweeps through ``hydra/launcher=ray`` (hydra_plugins/pipeline_ray_launcher) and corpus
 encoding on Ray Data (``retriever.encode.engine=ray``, retrievers/dense/ray_encode.py).
 
-One local Ray of 2 CPUs (``ray_cluster``) serves the tests that need a running cluster: the
-in-process encodings use it as this process's Ray, the Ray sweep joins it by its address.
+One local Ray of 2 CPUs (``ray_cluster``, the session's: tests/e2e_servers.py) serves the tests
+that need a running cluster: the in-process encodings use it as this process's Ray, the Ray
+sweep joins it by its address.
 The SIGINT test lets the command start (and stop) its own Ray. Every Ray process started
 here carries a marker in its environment; each test that starts Ray checks that none is left.
 """
@@ -22,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_servers import RAY_MARKER as MARKER
+from e2e_servers import assert_nothing_left
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
-MARKER = "PIPELINE_TEST_MARKER"
-GRACE_S = 15.0  # Ray's raylet and GCS take a few seconds to exit after ray.shutdown()
+#: The golden sweep's overrides (tests/golden/golden.py SWEEP): its recorded numbers are the
+#: basic launcher's, which a Ray sweep must reproduce.
+GOLDEN_SWEEP = ("reorder=none,lost_in_the_middle", "k=3,5", "objective=context_utility_at_10")
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
@@ -34,32 +38,6 @@ import ray  # noqa: E402  (the ray extra is part of the test extra: missing, the
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def carriers(marker: str) -> list[int]:
-    needle = marker.encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and entry.name != str(os.getpid()):
-            try:
-                if needle in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def assert_nothing_left(marker: str, what: str) -> None:
-    deadline = time.monotonic() + GRACE_S
-    while (left := carriers(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    names = []
-    for pid in left:
-        try:
-            names.append((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
-        except OSError:
-            names.append(f"{pid} (gone)")
-    assert not left, f"{what} left Ray processes alive: {names}"
 
 
 def env(marker: str | None = None, **extra: str) -> dict[str, str]:
@@ -107,17 +85,6 @@ def runs_of(store: Path) -> list:
     return [run for exp in client.search_experiments() for run in client.search_runs([exp.experiment_id])]
 
 
-def job_metrics(sweep: Path) -> dict[str, dict[str, float]]:
-    """Each job's numbers (metrics.json), keyed by its overrides."""
-    found = {}
-    for record in sweep.glob("*/results/record.json"):
-        rec = json.loads(record.read_text())
-        overrides = " ".join(sorted(o for o in rec["tags"]["hydra_overrides"].split() if not o.startswith(("paths.",
-                                                                                                  "hydra"))))
-        found[overrides] = json.loads((record.parent / "metrics.json").read_text())["metrics"]
-    return found
-
-
 class DyingEncoder:
     """The bundled model, whose actor process exits in the middle of its first batch (only the
     first time, with ``always=False``: a flag file says it died once)."""
@@ -141,31 +108,19 @@ class DyingEncoder:
 
 
 # ----------------------------------------------------------------------------- the shared Ray
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray of 2 CPUs for this module, started in this process (which is its driver);
-    its address lets subprocesses join it. Stopped at the end, with nothing left behind."""
-    marker = f"ray-tests-{uuid.uuid4().hex}"
-    os.environ[MARKER] = marker  # inherited by every Ray process started below
-    try:
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DyingEncoder, in the actors
-        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        yield context.address_info["gcs_address"]
-    finally:
-        ray.shutdown()
-        os.environ.pop(MARKER, None)
-    assert_nothing_left(marker, "the tests' Ray")
+# ``ray_cluster`` is the session's (tests/e2e_servers.py): a local Ray of 2 CPUs driven by this
+# process, its processes marked, shut down after this file's last test that uses it with none
+# left. DyingEncoder and its kin travel to its actors by value:
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 # ----------------------------------------------------------------------------- sweeps
 
 
 def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path):
-    sweep = ["k=3,5", "reorder=none,lost_in_the_middle", "hydra.sweep.dir=${paths.root}/sweep"]
-    basic = pipeline("-m", *sweep, f"paths.root={tmp_path / 'basic'}")
-    assert basic.returncode == 0, basic.stderr[-3000:]
+    """The golden sweep (tests/golden: its 4 jobs as the basic launcher ran them), on Ray: the
+    same numbers, each job logged once under one parent."""
+    sweep = [*GOLDEN_SWEEP, "hydra.sweep.dir=${paths.root}/sweep"]
     on_ray = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *sweep,
                       f"paths.root={tmp_path / 'ray'}")
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
@@ -180,10 +135,18 @@ def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launcher
     assert sorted(keys) == sorted(records) and len(set(keys)) == 4  # each job exactly once
     assert all(r.info.status == "FINISHED" for r in children)
 
-    expected, got = job_metrics(tmp_path / "basic" / "sweep"), job_metrics(tmp_path / "ray" / "sweep")
+    # The basic launcher's numbers: the golden sweep's (every metric but the timings, to 1e-12).
+    golden = json.loads((ROOT / "tests" / "golden" / "expected" / "numbers.json").read_text())
+    expected = {golden[f"sweep_{i}"]["record"]["run_name"]: golden[f"sweep_{i}"]["metrics.json"]["metrics"]
+                for i in range(4)}
+    got = {}
+    for results in (tmp_path / "ray" / "sweep").glob("*/results"):
+        got[json.loads((results / "record.json").read_text())["run_name"]] = json.loads(
+            (results / "metrics.json").read_text())["metrics"]
     assert sorted(got) == sorted(expected) and len(got) == 4
     for job, metrics in expected.items():
-        numbers = sorted(k for k in metrics if not k.startswith("time_"))
+        numbers = sorted(metrics)
+        assert len(numbers) > 40 and set(numbers) <= set(got[job]), job
         np.testing.assert_allclose([got[job][k] for k in numbers], [metrics[k] for k in numbers], rtol=1e-12,
                                    err_msg=job)
     assert "summary" in on_ray.stdout and "best" in on_ray.stdout  # the sweep's end, in the launching process
@@ -227,7 +190,17 @@ def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ra
 # ----------------------------------------------------------------------------- encoding
 
 
-def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def local_embeddings() -> np.ndarray:
+    """The sample's documents encoded in this process, without a cache: what every encoding on
+    Ray must equal (made once for the module)."""
+    from retrievers.dense import DenseRetriever
+
+    return DenseRetriever(cache_dir=None).encode(sample_texts()[1])
+
+
+def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path,
+                                                                                   local_embeddings):
     """One job encodes the sample on Ray, a local retriever then reads its cache (the engine is
     not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
     equals the golden dense job's (tests/golden, recorded with in-process encoding)."""
@@ -254,13 +227,13 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
     again = DenseRetriever(cache_dir=cache)  # engine local: a cache hit on what Ray wrote
     again.index(ids, texts)
     assert again.last_cache_hits["docs"] is True
-    local = DenseRetriever(cache_dir=None).encode(texts)
+    local = local_embeddings
     assert again.doc_embeddings.shape == local.shape == (171, 384)
     assert float(np.abs(again.doc_embeddings - local).max()) <= 1e-5
     assert ndcg("local") == pytest.approx(on_ray_ndcg, abs=1e-12)  # the Ray job's caches, read by a local job
 
 
-def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path):
+def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path, local_embeddings):
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
@@ -269,7 +242,7 @@ def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path):
                            encode={"engine": "ray", "concurrency": 1, "batch_size": 32, "max_retries": 2})
     dense.index(ids, texts)
     assert flag.exists(), "the worker did not die: the test tests nothing"
-    local = DenseRetriever(cache_dir=None).encode(texts)
+    local = local_embeddings
     assert float(np.abs(dense.doc_embeddings - local).max()) <= 1e-5
 
 
@@ -318,7 +291,8 @@ class Counting(PoisonedEncoder):
         return super().encode(sentences, batch_size, **kwargs)
 
 
-def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encodes_the_rest(ray_cluster, tmp_path):
+def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encodes_the_rest(ray_cluster, tmp_path,
+                                                                                           local_embeddings):
     from retrievers.dense import DenseRetriever, RayFailed
 
     ids, texts = sample_texts()
@@ -336,7 +310,7 @@ def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encod
     rerun = DenseRetriever(cache_dir=cache, encoder=counting)  # engine local: the same shards
     rerun.index(ids, texts)
     assert counting.n == rerun.text_cache_stats["docs"]["encoded"] == 171 - kept
-    local = DenseRetriever(cache_dir=None).encode(texts)
+    local = local_embeddings
     assert float(np.abs(rerun.doc_embeddings - local).max()) <= 1e-5
 
 

@@ -1,5 +1,5 @@
 """retriever=chroma and ``python -m pipeline.index chroma``, against a real Chroma server on
-127.0.0.1 (started and stopped here) and a local persistent folder.
+127.0.0.1 (the session's ``chroma_server``, tests/e2e_servers.py) and a local persistent folder.
 
 Chroma's HNSW on the same MiniLM embeddings as exact dense search: nDCG@10 within 0.005, and
 the recall@k against exact search is measured, logged and kept in the retriever's report.
@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
-import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -21,7 +18,7 @@ import adapters_fixtures
 from pipeline.cli import index as index_command
 from pipeline.errors import InputError
 from pipeline.metrics import evaluate
-from retrievers.chroma import ChromaRetriever, connect
+from retrievers.chroma import ChromaRetriever
 
 pytestmark = pytest.mark.slow  # a real server and the real model
 
@@ -30,36 +27,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def chroma_server(tmp_path_factory):
-    """``chroma run`` on a free port of 127.0.0.1, stopped (and waited for) at the end."""
-    chroma = shutil.which("chroma")
-    assert chroma, "the chroma command (chromadb, the test extra) is missing"
-    port = free_port()
-    folder = tmp_path_factory.mktemp("chroma-server")
-    proc = subprocess.Popen([chroma, "run", "--path", str(folder), "--port", str(port), "--host", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                connect(host="127.0.0.1", port=port)
-                break
-            except InputError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

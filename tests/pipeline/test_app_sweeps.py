@@ -1,0 +1,162 @@
+"""The experiment app's sweeps: every launcher (basic, joblib, submitit, Optuna) loses no run,
+a failing job does not stop its sweep, a sweep over placements retrieves once, and an untracked
+sweep writes the summary a tracked one writes. (Split from test_app.py so that two workers
+share its minutes.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env
+    )
+
+
+def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A multirun whose store, artifacts, sweep folder and cache all live in tmp_path."""
+    return cli(
+        "-m", *args, f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
+    )
+
+
+# --------------------------------------------------------------- sweeps
+
+
+def _sweep_runs(store: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(ids, max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "true"]
+    jobs = [r for r in runs if r.data.tags.get("sweep_parent") != "true"]
+    return client, parents, jobs
+
+
+@pytest.mark.slow
+def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
+    store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever=bm25,dense", "k=3,5,10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client, parents, jobs = _sweep_runs(store)
+    assert len(parents) == 1 and len(jobs) == 6
+    assert {r.info.status for r in jobs} == {"FINISHED"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
+    assert {r.data.tags["sweep_id"] for r in jobs} == {parents[0].data.tags["sweep_id"]}
+    assert sorted(r.info.run_name for r in jobs) == sorted(
+        f"{ret} k{k}" for ret in ("bm25", "dense") for k in (3, 5, 10)  # the swept keys, in order
+    )
+    summary = {a.path for a in client.list_artifacts(parents[0].info.run_id, "summary")}
+    assert {"summary/sweep_table.csv", "summary/sweep_summary.png"} <= summary
+    assert parents[0].info.status in ("RUNNING", "FINISHED")
+    assert client.get_run(parents[0].info.run_id).info.status == "FINISHED"
+    table = (tmp_path / "sweep" / "summary" / "sweep_table.csv").read_text().splitlines()
+    assert len(table) == 7  # header + 6 jobs
+
+
+@pytest.mark.slow
+def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
+    from mlflow import MlflowClient
+
+    proc = sweep_cli(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parents, jobs = _sweep_runs(store)
+    assert len(jobs) == 12 and len(parents) == 1
+    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 11 + ["miss"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
+    # A sweep's jobs draw no PNGs (issue 35, docs/results.md): their curves are the runs' curve/*
+    # metrics, step = K, exactly those of metrics.json; draw_job_figures draws the PNGs later.
+    client = MlflowClient(tracking_uri=store)
+    for r in jobs:
+        results = tmp_path / "sweep" / r.data.tags["job_num"] / "results"
+        assert not (results / "plots").exists()
+        assert not client.list_artifacts(r.info.run_id, "plots")
+        curves = json.loads((results / "metrics.json").read_text())["curves"]
+        history = client.get_metric_history(r.info.run_id, "curve/ndcg")
+        assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == list(
+            enumerate(curves["ndcg"], start=1))
+    from pipeline.figures import draw_job_figures
+
+    drawn = draw_job_figures(tmp_path / "sweep" / "0")
+    assert [p.name for p in drawn] == ["k_sweep.png", "precision_recall.png"]
+    assert all(p.stat().st_size > 10_000 for p in drawn)
+    assert all("time_track_s" in r.data.metrics for r in jobs)
+    # placement changes context utility, never the retrieval metrics
+    by_k: dict[str, set[float]] = {}
+    for r in jobs:
+        by_k.setdefault(r.data.params["k"], set()).add(r.data.metrics[f"ndcg_at_{r.data.params['k']}"])
+    assert all(len(v) == 1 for v in by_k.values())
+    cu = {r.data.params["reorder"]: r.data.metrics["context_utility_at_10"] for r in jobs if r.data.params["k"] == "10"}
+    assert cu["attention_optimal"] >= max(cu.values()) - 1e-12
+    assert len(set(cu.values())) > 1
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher(tmp_path, store):
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=submitit_local", "k=3,5", "hydra.launcher.timeout_min=10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parents, jobs = _sweep_runs(store)
+    assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["k3 bm25", "k5 bm25"]
+
+
+@pytest.mark.slow
+def test_optuna_experiment_tunes_bm25(tmp_path, store):
+    proc = sweep_cli(tmp_path, store, "experiment=tune_bm25", "hydra.sweeper.n_trials=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parents, jobs = _sweep_runs(store)
+    assert len(jobs) == 3 and len(parents) == 1
+    k1s = {r.data.params["retriever.k1"] for r in jobs}
+    assert len(k1s) == 3 and "1.2" not in k1s  # the sampler chose them
+    best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
+    optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
+    assert f"{best}"[:8] in optimization
+
+
+@pytest.mark.slow
+def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
+    proc = sweep_cli(tmp_path, store, "k=0,5")
+    assert proc.returncode == 2
+    assert "1 job(s) of the sweep failed" in proc.stderr and "k must be >= 1, got k=0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    client, parents, jobs = _sweep_runs(store)
+    assert [r.info.run_name for r in jobs] == ["k5 bm25"]
+    assert client.get_run(parents[0].info.run_id).info.status == "FAILED"
+    assert (tmp_path / "sweep" / "0" / "FAILED").exists()
+    assert (tmp_path / "sweep" / "summary" / "sweep_table.csv").exists()
+
+
+
+@pytest.mark.slow
+def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, store):
+    """The sweep's end runs in the launching process, tracked or not: the same table, report
+    and figure (run ids and timings aside), and the same best job printed."""
+    import csv
+
+    outputs = {}
+    for name, tracking in (("tracked", [f"tracking.uri={store}"]), ("untracked", ["tracking=none"])):
+        proc = cli("-m", "k=3,5", "reorder=none,lost_in_the_middle", "objective=context_utility_at_10", *tracking,
+                   f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / name}",
+                   f"cache_dir={tmp_path / 'cache'}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = tmp_path / name / "summary"
+        with (summary / "sweep_table.csv").open() as fh:
+            rows = [{k: v for k, v in row.items() if k not in ("run_id", "time_total_s", "overrides")}
+                    for row in csv.DictReader(fh)]
+        report = json.loads((summary / "compare" / "report.json").read_text())
+        best = next(line for line in proc.stdout.splitlines() if line.startswith("best: "))
+        outputs[name] = (rows, report["tied_with_best"], report["n_comparisons"], best.split(" (")[0],
+                         sorted(p.name for p in summary.glob("*.png")))
+    assert outputs["tracked"] == outputs["untracked"]
+    assert len(outputs["tracked"][0]) == 4 and outputs["tracked"][4] == ["sweep_summary.png"]
