@@ -691,14 +691,6 @@ def test_invalid_utf8_in_qrels_names_the_line(tmp_path):
     assert (err.path, err.line) == (str(folder / "qrels" / "test.tsv"), 3) and "not valid UTF-8" in err.problem
 
 
-def test_truncated_gzip_queries_name_the_file(tmp_path):
-    paths = write_trec(tmp_path, gz=True)
-    data = paths["queries"].read_bytes()
-    paths["queries"].write_bytes(data[:-8])  # the gzip trailer is gone
-    err = raises_input_error(load_trec, **paths)
-    assert err.path == str(paths["queries"]) and "cannot read queries file" in err.problem
-
-
 # --------------------------------------------------------------------------- ir_datasets
 
 

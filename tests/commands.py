@@ -1,0 +1,163 @@
+"""Run a command (``python -m pipeline.NAME ARGS``) in this process, as the tests' one way to
+call a command when what they check is the command's behaviour, not a process's.
+
+``run_command("score", qrels, run, "--json")`` calls the command's ``main(argv)`` and returns
+its exit status and what it printed, as a process would have: ``SystemExit`` (argparse's
+errors, ``--help``) becomes the status, an uncaught exception becomes a traceback on stderr
+and status 1 (what the interpreter does), standard output and error are captured apart, and
+the logging a command sets up (``logging.basicConfig`` on a root logger without handlers, as
+in a fresh process) writes to the captured stderr.
+
+What a command may change in the process is put back afterwards: the root logger's handlers
+and level and the levels of the loggers that existed before, ``logging.disable``, the warnings
+filters, ``os.environ``, the working folder, ``sys.argv``, ``sys.stdin`` and the handlers of
+SIGINT, SIGTERM and SIGPIPE.
+
+``job_in_process(*overrides)`` is ``python -m pipeline OVERRIDES`` in this process
+(``pipeline.api.run_job``: the same folder, record and files), without the figures unless asked
+(drawing them is most of a small job's time; tests/pipeline/test_plots.py and the golden test
+check them): for tests that check a job's outputs or its InputError, not a process.
+
+Checks that need a real process (the exit status of ``python -m pipeline``, signals, a closed
+pipe, what the interpreter prints before ``main`` runs) keep ``subprocess``: they are named
+as process-level checks where they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import os
+import signal
+import sys
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+#: The signals whose handlers a command may set (the tracking code's and the progress bar's).
+_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGPIPE", None)) if s is not None)
+
+
+@dataclass
+class Result:
+    """A command's exit status and what it printed (``returncode`` as subprocess names it)."""
+
+    status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def returncode(self) -> int:
+        return self.status
+
+
+def run_command(name: str, *argv: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None,
+                env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> Result:
+    """``python -m pipeline.NAME *argv`` in this process: its status, stdout and stderr.
+
+    ``cwd``: the working folder during the command; ``env``: the environment it sees instead of
+    this process's (put back afterwards); ``stdin``: what it reads from standard input."""
+    args = [str(a) for a in argv]
+    out, err = io.StringIO(), io.StringIO()
+    with _process_state(name, args, cwd, env, stdin):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
+            status = _call(name, args)
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+    return Result(status, out.getvalue(), err.getvalue())
+
+
+def job_in_process(*overrides: str, figures: bool = False) -> Any:
+    """``pipeline.api.run_job(overrides)``; ``figures=False``: ``results/plots`` is not drawn."""
+    from pipeline.api import run_job
+
+    if figures:
+        return run_job(list(overrides))
+    import pipeline.figures
+
+    draw = pipeline.figures.save_run_figures
+    pipeline.figures.save_run_figures = lambda *args, **kwargs: None
+    try:
+        return run_job(list(overrides))
+    finally:
+        pipeline.figures.save_run_figures = draw
+
+
+def _call(name: str, args: list[str]) -> int:
+    """The command's status; what the interpreter would print for an uncaught exception."""
+    try:
+        code = importlib.import_module(f"pipeline.{name}").main(list(args))
+    except SystemExit as stop:
+        code = stop.code
+        if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1
+            print(code, file=sys.stderr)
+            code = 1
+    except Exception:  # noqa: BLE001 - the traceback a process would print, and status 1
+        traceback.print_exc(file=sys.stderr)
+        code = 1
+    return 0 if code is None else int(code)
+
+
+@contextlib.contextmanager
+def _fresh_root_logger() -> Iterator[None]:
+    """The root logger as a new process has it (no handlers, level WARNING) during the block,
+    so that the command's ``logging.basicConfig`` takes effect and writes to the captured stderr;
+    the logging of before afterwards (pytest's capture handlers included)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    loggers = {name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+               for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    disabled = logging.root.manager.disable
+    for handler in handlers:
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            if handler not in handlers:
+                handler.close()
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+        for name, (lvl, hs, propagate, was_disabled) in loggers.items():
+            lg = logging.getLogger(name)
+            lg.setLevel(lvl)
+            lg.handlers[:] = hs
+            lg.propagate, lg.disabled = propagate, was_disabled
+        logging.disable(disabled)
+
+
+@contextlib.contextmanager
+def _process_state(name: str, args: list[str], cwd: str | os.PathLike[str] | None, env: Mapping[str, str] | None,
+                   stdin: str | bytes | None) -> Iterator[None]:
+    """Environment, folder, argv, stdin, warnings filters and signal handlers, put back after."""
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    saved_argv, saved_stdin = sys.argv, sys.stdin
+    handlers = {s: signal.getsignal(s) for s in _SIGNALS}
+    try:
+        with warnings.catch_warnings():
+            if env is not None:
+                os.environ.clear()
+                os.environ.update(env)
+            if cwd is not None:
+                os.chdir(Path(cwd))
+            sys.argv = [f"pipeline.{name}", *args]
+            if stdin is not None:
+                data = stdin.encode() if isinstance(stdin, str) else stdin
+                sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+            yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv, sys.stdin = saved_argv, saved_stdin
+        for s, handler in handlers.items():
+            if handler is not None:
+                signal.signal(s, handler)
