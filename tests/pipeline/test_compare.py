@@ -3,7 +3,9 @@ directly on the jobs' per_query.csv, TREC run files against ``pipeline.score``, 
 ``--log``, and bad input (one line, exit status 2).
 
 Three BM25 jobs on the bundled sample (``retriever.k1=0.3``, ``retriever.b=0.2``, ``k=5``) are
-made once per module with ``python -m pipeline tracking=none``.
+made once per module with ``python -m pipeline tracking=none``, in this process (``run_job``,
+without figures); the commands run in this process too (tests/commands.py). The sweep runs as
+a process (``python -m pipeline -m``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from commands import job_in_process, run_command
 
 from pipeline import compare as compare_command
 from pipeline import comparison as compare
@@ -37,8 +40,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str, module: str = "pipeline") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=_env(), capture_output=True,
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pipeline ARGS``: a process (the sweep)."""
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
@@ -48,8 +52,7 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("compare_jobs")
     folders = {}
     for name, override in JOBS.items():
-        done = _run("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", override)
-        assert done.returncode == 0, done.stderr[-3000:]
+        job_in_process("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", override)
         folders[name] = root / name
     return folders
 
@@ -177,7 +180,7 @@ def test_trec_run_files_are_scored_like_pipeline_score(jobs, tmp_path, capsys):
     report = _json(capsys, *map(str, runs), "--qrels", str(QRELS), *FAST, "--out", str(tmp_path / "r"))
     assert [s["name"] for s in report["systems"]] == ["k1", "b"]
     for run, name in zip(runs, ("k1", "b")):
-        done = _run(str(QRELS), str(run), "--json", module="pipeline.score")
+        done = run_command("score", QRELS, run, "--json")
         assert done.returncode == 0, done.stderr
         reference = json.loads(done.stdout)
         table = _per_query(jobs[name])
@@ -247,7 +250,7 @@ def test_a_missing_query_scores_zero_when_asked(jobs, tmp_path, capsys):
 
 
 def test_the_command_line_prints_one_line_and_no_traceback(jobs, tmp_path):
-    done = _run(str(jobs["k1"]), str(tmp_path / "absent"), module="pipeline.compare")
+    done = run_command("compare", jobs["k1"], tmp_path / "absent")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == f"error: {tmp_path / 'absent'}: no such file or folder"
 
