@@ -16,7 +16,8 @@ SIGINT, SIGTERM and SIGPIPE.
 ``job_in_process(*overrides)`` is ``python -m pipeline OVERRIDES`` in this process
 (``pipeline.api.run_job``: the same folder, record and files), without the figures unless asked
 (drawing them is most of a small job's time; tests/pipeline/test_plots.py and the golden test
-check them): for tests that check a job's outputs or its InputError, not a process.
+check them): for tests that check a job's outputs or its InputError, not a process;
+``run_job_command(*overrides)`` gives its status and output as ``python -m pipeline`` would.
 
 Checks that need a real process (the exit status of ``python -m pipeline``, signals, a closed
 pipe, what the interpreter prints before ``main`` runs) keep ``subprocess``: they are named
@@ -85,6 +86,28 @@ def job_in_process(*overrides: str, figures: bool = False) -> Any:
         return run_job(list(overrides))
     finally:
         pipeline.figures.save_run_figures = draw
+
+
+def run_job_command(*overrides: str, figures: bool = False) -> Result:
+    """``python -m pipeline OVERRIDES`` (one job) in this process, as its status and output:
+    0 and what the job printed and logged to the console; for a user mistake or a tracking
+    failure (an error with an ``exit_code``: ``InputError``, ``TrackingFailed``) the one line
+    ``pipeline.job.run_job`` prints and that status; for another error a traceback and 1."""
+    out, err = io.StringIO(), io.StringIO()
+    with _process_state("__main__", [str(o) for o in overrides], None, None, None):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
+            try:
+                job_in_process(*overrides, figures=figures)
+                status = 0
+            except Exception as exc:  # noqa: BLE001 - what the command prints for it
+                code = getattr(exc, "exit_code", None)
+                if isinstance(code, int):
+                    print(str(exc), file=sys.stderr)
+                    status = code
+                else:
+                    traceback.print_exc(file=sys.stderr)
+                    status = 1
+    return Result(status, out.getvalue(), err.getvalue())
 
 
 def _call(name: str, args: list[str]) -> int:
