@@ -11,7 +11,10 @@ in a fresh process) writes to the captured stderr.
 What a command may change in the process is put back afterwards: the root logger's handlers
 and level and the levels of the loggers that existed before, ``logging.disable``, the warnings
 filters, ``os.environ``, the working folder, ``sys.argv``, ``sys.stdin`` and the handlers of
-SIGINT, SIGTERM and SIGPIPE.
+SIGINT, SIGTERM and SIGPIPE. MLflow's cached stores and database engines (and the pipeline's
+cached clients) are dropped before and after, as a new process would start without them and
+an ended one leaves none: a store moved or deleted between two commands is not reached through
+a connection opened before.
 
 ``job_in_process(*overrides)`` is ``python -m pipeline OVERRIDES`` in this process
 (``pipeline.api.run_job``: the same folder, record and files), without the figures unless asked
@@ -64,7 +67,7 @@ def run_command(name: str, *argv: str | os.PathLike[str], cwd: str | os.PathLike
     this process's (put back afterwards); ``stdin``: what it reads from standard input."""
     args = [str(a) for a in argv]
     out, err = io.StringIO(), io.StringIO()
-    with _process_state(name, args, cwd, env, stdin):
+    with _process_state(name, args, cwd, env, stdin), _fresh_mlflow():
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
             status = _call(name, args)
             for stream in (sys.stdout, sys.stderr):
@@ -76,14 +79,14 @@ def job_in_process(*overrides: str, figures: bool = False) -> Any:
     """``pipeline.api.run_job(overrides)``; ``figures=False``: ``results/plots`` is not drawn."""
     from pipeline.api import run_job
 
-    if figures:
-        return run_job(list(overrides))
     import pipeline.figures
 
     draw = pipeline.figures.save_run_figures
-    pipeline.figures.save_run_figures = lambda *args, **kwargs: None
+    if not figures:
+        pipeline.figures.save_run_figures = lambda *args, **kwargs: None
     try:
-        return run_job(list(overrides))
+        with _fresh_mlflow():
+            return run_job(list(overrides))
     finally:
         pipeline.figures.save_run_figures = draw
 
@@ -123,6 +126,34 @@ def _call(name: str, args: list[str]) -> int:
         traceback.print_exc(file=sys.stderr)
         code = 1
     return 0 if code is None else int(code)
+
+
+def forget_stores() -> None:
+    """Drop the MLflow stores, database engines and clients this process has cached (the
+    pipeline's ``tracking.store._client``, MLflow's store registry and SQLAlchemy engines),
+    closing their connections. Nothing to do when neither was imported."""
+    store = sys.modules.get("pipeline.tracking.store")
+    if store is not None:
+        store._client.cache_clear()
+    registry = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    if registry is not None:
+        registry._tracking_store_registry._get_store_with_resolved_uri.cache_clear()
+    sqlalchemy_store = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
+    if sqlalchemy_store is not None:
+        engines = sqlalchemy_store.SqlAlchemyStore._engine_map
+        for engine in list(engines.values()):
+            engine.dispose()
+        engines.clear()
+
+
+@contextlib.contextmanager
+def _fresh_mlflow() -> Iterator[None]:
+    """No MLflow store cached when the block starts, and none left cached when it ends."""
+    forget_stores()
+    try:
+        yield
+    finally:
+        forget_stores()
 
 
 @contextlib.contextmanager
