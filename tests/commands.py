@@ -95,13 +95,16 @@ def run_job_command(*overrides: str, figures: bool = False) -> Result:
     """``python -m pipeline OVERRIDES`` (one job) in this process, as its status and output:
     0 and what the job printed and logged to the console; for a user mistake or a tracking
     failure (an error with an ``exit_code``: ``InputError``, ``TrackingFailed``) the one line
-    ``pipeline.job.run_job`` prints and that status; for another error a traceback and 1."""
+    ``pipeline.job.run_job`` prints and that status; ``sys.exit(N)``: N; for another error a
+    traceback and 1."""
     out, err = io.StringIO(), io.StringIO()
     with _process_state("__main__", [str(o) for o in overrides], None, None, None):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
             try:
                 job_in_process(*overrides, figures=figures)
                 status = 0
+            except SystemExit as stop:  # a check that ends the process (console.make_output_dir)
+                status = 0 if stop.code is None else int(stop.code)
             except Exception as exc:  # noqa: BLE001 - what the command prints for it
                 code = getattr(exc, "exit_code", None)
                 if isinstance(code, int):
