@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import run_job_command
 
 from pipeline.io.collection import REPORT_KEYS, load_beir, load_ir_datasets, load_sample, load_trec
 from pipeline.errors import InputError
@@ -792,6 +793,7 @@ def test_every_dataset_config_instantiates(tmp_path, irds_id):
 
 
 def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``python -m pipeline OVERRIDES`` as a process, from ``tmp_path``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "pipeline", *overrides, f"hydra.run.dir={tmp_path / 'hydra'}"],
@@ -814,6 +816,8 @@ def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_cli_reports_bad_input_with_status_2(tmp_path, case, where, words):
+    """The job in this process (tests/commands.py), but for the first case: a process, the
+    process-level check that the command line's job ends in one line and status 2."""
     folder = tmp_path / "data"
     if case == "malformed":
         write_beir(folder, docs=json.dumps(DOCS[0]) + "\n{broken\n")
@@ -821,7 +825,11 @@ def test_cli_reports_bad_input_with_status_2(tmp_path, case, where, words):
         write_beir(folder, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq3\td3\tx\n")
     elif case == "duplicate":
         write_beir(folder, queries=QUERIES + [{"_id": "q1", "text": "again"}])
-    result = run_cli(tmp_path, "dataset=beir", f"dataset.path={folder}")
+    if case == "malformed":
+        result = run_cli(tmp_path, "dataset=beir", f"dataset.path={folder}")
+    else:
+        result = run_job_command("dataset=beir", f"dataset.path={folder}", f"hydra.run.dir={tmp_path / 'hydra'}",
+                                 f"paths.root={tmp_path / 'outputs'}")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     expected = f"error: {folder / where}" if where else f"error: {folder}"
