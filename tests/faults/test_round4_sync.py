@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from commands import job_in_process, run_command
+from commands import run_command, run_job_command
 
 from pipeline.io import results as res
 
@@ -39,15 +39,18 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """A folder where ``python -m pipeline`` ran with the default paths: ``outputs/runs/<date>/<time>``
-    and its store ``outputs/mlflow.db``, named relatively in the record."""
+    """A folder where ``python -m pipeline`` (the README's first command) ran with the default
+    paths: ``outputs/runs/<date>/<time>`` and its store ``outputs/mlflow.db``, created by the job
+    that logs to it in the working folder and named relatively in the record."""
     root = tmp_path_factory.mktemp("ran_here")
     here = os.getcwd()
-    os.chdir(root)  # run_job in this process, from that folder
+    os.chdir(root)  # the job in this process, from that folder
     try:
-        job_in_process("k=5")
+        done = run_job_command()
     finally:
         os.chdir(here)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "MLflow run " in done.stdout and (root / "outputs" / "mlflow.db").is_file()
     return root
 
 
