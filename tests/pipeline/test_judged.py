@@ -329,8 +329,7 @@ def test_scorer_reports_judged_and_bpref_and_takes_judged_only(tmp_path, capsys)
     assert "judged " in text and "bpref " in text and "judged_only: condensed lists" in text
 
 
-@pytest.mark.slow  # a whole job on the sample, figures included
-def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
+def test_a_run_records_judged_only_and_warns(tmp_path, capsys, monkeypatch):
     from hydra import compose, initialize_config_dir
 
     from pipeline.job import run
@@ -338,6 +337,7 @@ def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
     overrides = ["tracking=none", f"paths.root={tmp_path}", "judged_only=true", "objective=bpref"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
+    monkeypatch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)  # not checked here
     objective = run(cfg)
     out = capsys.readouterr().out
     (results,) = list((tmp_path / "runs").glob("*/*/results"))
