@@ -76,7 +76,9 @@ def run_command(name: str, *argv: str | os.PathLike[str], cwd: str | os.PathLike
 
 
 def job_in_process(*overrides: str, figures: bool = False) -> Any:
-    """``pipeline.api.run_job(overrides)``; ``figures=False``: ``results/plots`` is not drawn."""
+    """``pipeline.api.run_job(overrides)``; ``figures=False``: ``results/plots`` is not drawn.
+    What the job changes in the process (the environment: tracking sets MLflow's HTTP settings;
+    signal handlers, warnings filters) is put back afterwards."""
     from pipeline.api import run_job
 
     import pipeline.figures
@@ -85,7 +87,7 @@ def job_in_process(*overrides: str, figures: bool = False) -> Any:
     if not figures:
         pipeline.figures.save_run_figures = lambda *args, **kwargs: None
     try:
-        with _fresh_mlflow():
+        with _process_state("__main__", list(overrides), None, None, None), _fresh_mlflow():
             return run_job(list(overrides))
     finally:
         pipeline.figures.save_run_figures = draw
