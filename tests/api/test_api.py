@@ -1,7 +1,7 @@
 """The Python API (pipeline.api, docs/python-api.md) against its commands and pytrec_eval.
 
 - ``evaluate`` on paths, dicts and DataFrames equals ``python -m pipeline.score --json
-  --per-query`` (run once in a subprocess) on every mean and every per-query value, and
+  --per-query`` (run once, in this process: tests/commands.py) on every mean and every per-query value, and
   pytrec_eval (the oracle) on nDCG@10, P@5, recall@100 and MAP;
 - ``compare`` on two ``evaluate`` results equals ``python -m pipeline.compare --json`` on the
   same run files; ``load_collection`` and ``run_job`` equal the files and the golden record.
@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from commands import run_command
 
 import pipeline
 from pipeline.errors import InputError
@@ -35,9 +36,9 @@ ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and
 TOL = 1e-12
 
 
-def _command(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+def _command(module: str, *args: str) -> dict:
+    """``python -m pipeline.NAME ARGS --json`` in this process: its JSON output."""
+    proc = run_command(module.removeprefix("pipeline."), *args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 

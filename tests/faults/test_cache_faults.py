@@ -63,6 +63,12 @@ class BowEncoder:
 BOW_TARGET = f"{__name__}.BowEncoder"  # importable: pytest puts this folder on sys.path
 
 
+@pytest.fixture
+def no_figures(monkeypatch):
+    """A job without its figures (drawn from the metrics; tests/pipeline/test_plots.py checks them)."""
+    monkeypatch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)
+
+
 @pytest.fixture(scope="module")
 def collection():
     return load_beir(SAMPLE)
@@ -100,7 +106,7 @@ def rehash(meta: Path, name: str, array: np.ndarray, **fields) -> None:
 # --------------------------------------------------------------------------- the issue's cases, end to end
 
 
-def test_corrupted_ranking_cache_is_recomputed_end_to_end(tmp_path, caplog, capsys):
+def test_corrupted_ranking_cache_is_recomputed_end_to_end(tmp_path, caplog, capsys, no_figures):
     cfg = compose_cfg(["tracking=none", f"paths.root={tmp_path}"])
     cold = run(cfg)
     assert round(cold, 4) == COLD_BM25_NDCG10
@@ -122,7 +128,7 @@ def test_corrupted_ranking_cache_is_recomputed_end_to_end(tmp_path, caplog, caps
     assert not warnings_of(caplog)
 
 
-def test_zeroed_embeddings_cache_is_recomputed_end_to_end(tmp_path, caplog):
+def test_zeroed_embeddings_cache_is_recomputed_end_to_end(tmp_path, caplog, no_figures):
     cfg = compose_cfg(["tracking=none", f"paths.root={tmp_path}", "retriever=dense",
                        "retriever.show_progress_bar=false", f"+retriever.encoder._target_={BOW_TARGET}"])
     cold = run(cfg)
@@ -326,7 +332,7 @@ def test_unreadable_embeddings_are_recomputed(tmp_path, caplog, collection, faul
 # --------------------------------------------------------------------------- unwritable folders, modes
 
 
-def test_unwritable_cache_dir_end_to_end(tmp_path, caplog):
+def test_unwritable_cache_dir_end_to_end(tmp_path, caplog, no_figures):
     (tmp_path / "file.txt").write_text("a file where the cache folder's parent should be")
     cache = tmp_path / "file.txt" / "cache"
     cfg = compose_cfg(["tracking=none", f"paths.root={tmp_path / 'out'}", f"cache_dir={cache}"])

@@ -7,7 +7,8 @@ scored came out as "nDCG -0.036, significant" (gain=linear), "+0.146, significan
 (judged_only), or a relevance_level or a collection change with a warning on stderr only.
 Now: one line naming the setting and the systems, exit status 2; ``--allow-mixed`` compares
 and marks the console table and report.md as mixed; a sweep over a scoring setting names no
-overall best. Jobs run on the bundled sample with ``tracking=none`` (a second each).
+overall best. Jobs run on the bundled sample with ``tracking=none`` (a second each), in this
+process (``run_job``, without figures); the sweep runs as a process.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from commands import job_in_process
 
 from pipeline.cli import compare as compare_command
 from pipeline.comparison import build_report, load_systems
 
-pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
-
+from pipeline.cli import compare as compare_command  # the command (pipeline.compare is the API function)
 
 ROOT = Path(__file__).resolve().parents[2]
 QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
@@ -43,8 +44,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str, module: str = "pipeline") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=_env(), capture_output=True,
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pipeline ARGS``: a process (the sweep)."""
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
@@ -53,8 +55,7 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("comparable")
     folders = {}
     for name, overrides in JOBS.items():
-        done = _run("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", *overrides)
-        assert done.returncode == 0, done.stderr[-3000:]
+        job_in_process("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", *overrides)
         folders[name] = root / name
     return folders
 

@@ -18,11 +18,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from commands import job_in_process, run_command, run_job_command
 
 from pipeline import tracking
 from pipeline.io import results as res
 
-pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
+# The job, sync and Hydra's folder check run in this process (tests/commands.py); the full disk
+# needs a process of its own (RLIMIT_FSIZE).
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
@@ -38,10 +40,7 @@ def _env() -> dict[str, str]:
 def job(tmp_path_factory) -> Path:
     """The results folder of an untracked job on the sample."""
     root = tmp_path_factory.mktemp("job")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={root / 'out'}",
-                           f"hydra.run.dir={root / 'job'}"], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_in_process("tracking=none", f"paths.root={root / 'out'}", f"hydra.run.dir={root / 'job'}", figures=True)
     return root / "job" / "results"
 
 
@@ -76,6 +75,7 @@ FULL_DISK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a process that imports MLflow and creates a store
 def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_path):
     results = tmp_path / "job" / "results"
     shutil.copytree(job, results)
@@ -94,16 +94,16 @@ def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_p
     assert [r.info.run_id for r in _all_runs(store)] == [run]
 
 
-def test_lock_files_and_a_store_inside_the_folder_are_not_logged(job, tmp_path, monkeypatch, capsys):
+@pytest.mark.slow  # a store created (its migrations)
+def test_lock_files_and_a_store_inside_the_folder_are_not_logged(job, tmp_path):
     from mlflow import MlflowClient
-
-    from pipeline.cli.sync import main
 
     results = tmp_path / "results"
     shutil.copytree(job, results)
-    monkeypatch.chdir(results)  # "." as the folder: its lock file once landed inside it
-    assert main([".", "--tracking-uri", "sqlite:///mlflow.db"]) == 0, capsys.readouterr().err
-    assert "sync: 1 logged" in capsys.readouterr().out
+    # "." as the folder: its lock file once landed inside it
+    done = run_command("sync", ".", "--tracking-uri", "sqlite:///mlflow.db", cwd=results)
+    assert done.returncode == 0, done.stderr
+    assert "sync: 1 logged" in done.stdout
     assert (results / "mlflow.db").is_file() and (results / "mlflow.db.lock").is_file()
     run_id = res.read_marker(results)["run_id"]
     client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
@@ -127,8 +127,7 @@ def test_a_run_dir_hydra_cannot_write_in_is_one_line_and_exit_2(tmp_path, blocke
         (folder / blocker).write_text("a file where Hydra makes its folder\n")
     else:
         (folder / blocker).mkdir()  # a folder where Hydra opens its log file
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"hydra.run.dir={folder}"],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = run_job_command("tracking=none", f"hydra.run.dir={folder}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.startswith(f"error: cannot write in the output folder {folder} (hydra.run.dir): ")
     assert blocker in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

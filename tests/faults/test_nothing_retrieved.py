@@ -9,14 +9,12 @@ stops with one line that says why (InputError: exit status 2).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 import uuid
 from pathlib import Path
 
 import pytest
+from commands import run_job_command
 
 from pipeline.errors import InputError
 from retrievers.python_function import PythonRetriever
@@ -77,14 +75,10 @@ def test_one_usable_query_is_enough(module):
     assert ranking.doc_idx.tolist() == [[-1, -1, -1], [1, -1, -1], [-1, -1, -1]]
 
 
-@pytest.mark.slow
-def test_the_job_exits_2_with_one_line(tmp_path):
-    (tmp_path / "nr.py").write_text(USER_MODULE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
-    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]), HF_HUB_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path}",
-                           f"hydra.run.dir={tmp_path / 'job'}", "retriever=python", "retriever.target=nr:other_corpus"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def test_the_job_exits_2_with_one_line(tmp_path, module):
+    """The job in this process (tests/commands.py): its status and output as a process's."""
+    done = run_job_command("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / 'job'}",
+                           "retriever=python", f"retriever.target={module}:other_corpus")
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith(
         "error: retriever=python: none of the 104 ids it returned for 52 of the 52 queries is in the corpus")

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from commands import run_command, run_job_command
 
 from pipeline.metrics import judged_warning
 
-pytestmark = pytest.mark.slow  # every test runs jobs or commands in subprocesses
+# Jobs and commands run in this process (tests/commands.py: the status and output a process
+# would give); the sweep is a process (python -m pipeline -m).
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
@@ -37,13 +39,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str, module: str = "pipeline") -> subprocess.CompletedProcess[str]:
+def _run(*args: str, module: str = "pipeline"):
+    """``python -m MODULE ARGS``: a command in this process, a sweep (``-m``) as a process."""
+    if module != "pipeline":
+        return run_command(module.split(".", 1)[1], *args)
+    assert "-m" in args, "a single job: _job"
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
-def _job(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    return _run("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / 'job'}", *overrides)
+def _job(tmp_path: Path, *overrides: str):
+    return run_job_command("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / 'job'}", *overrides)
 
 
 def _errors(stderr: str) -> list[str]:
@@ -190,7 +196,7 @@ def test_compare_refuses_job_folders_with_no_evaluated_query(tmp_path):
     """A folder written before this check (every query with evaluated=false) compares nothing."""
     folders = []
     for name in ("a", "b"):
-        done = _run("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / name}", "k=5")
+        done = run_job_command("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / name}", "k=5")
         assert done.returncode == 0, done.stderr[-2000:]
         path = tmp_path / name / "results" / "per_query.csv"
         table = pd.read_csv(path, dtype={"query_id": str})
@@ -203,6 +209,7 @@ def test_compare_refuses_job_folders_with_no_evaluated_query(tmp_path):
     assert "no evaluated query: no system has a query with a relevant document" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_with_one_successful_job_claims_no_tie(tmp_path):
     done = _run("-m", "relevance_level=1,4", "tracking=none", f"paths.root={tmp_path}")
     assert done.returncode == 2  # one job failed (nothing to evaluate at relevance_level 4)

@@ -22,11 +22,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from commands import run_command, run_job_command
 
 from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow  # a job in a subprocess, and a full disk in another
+pytestmark = pytest.mark.slow  # a tracked job (its store's migrations) for the module, and a full disk in a process
 TIMEOUT_S = 300
 
 
@@ -38,12 +39,18 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """A folder where ``python -m pipeline`` ran with the default paths: ``outputs/runs/<date>/<time>``
-    and its store ``outputs/mlflow.db``, named relatively in the record."""
+    """A folder where ``python -m pipeline`` (the README's first command) ran with the default
+    paths: ``outputs/runs/<date>/<time>`` and its store ``outputs/mlflow.db``, created by the job
+    that logs to it in the working folder and named relatively in the record."""
     root = tmp_path_factory.mktemp("ran_here")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "k=5"], cwd=root, env=_env(), capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    here = os.getcwd()
+    os.chdir(root)  # the job in this process, from that folder
+    try:
+        done = run_job_command()
+    finally:
+        os.chdir(here)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "MLflow run " in done.stdout and (root / "outputs" / "mlflow.db").is_file()
     return root
 
 
@@ -53,19 +60,13 @@ def _job(tree: Path) -> Path:
 
 
 @pytest.fixture
-def sync(capsys, monkeypatch, tmp_path):
+def sync(tmp_path):
     """``python -m pipeline.sync ARGS`` in this process, run from an empty folder ``elsewhere``."""
-    from pipeline.cli.sync import main
-
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["pipeline.sync", *args], code, out, err)
+    def run(*args: str):
+        return run_command("sync", *args, cwd=elsewhere)
 
     run.elsewhere = elsewhere
     return run

@@ -11,14 +11,14 @@ and a score that is not finite is refused in one line.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import job_in_process, run_command
 
 from pipeline.errors import InputError
 from pipeline.io.formats import read_run, write_run
@@ -99,41 +99,45 @@ def test_rows_to_ranking_of_huge_scores_warns_nothing():
 
 
 # --------------------------------------------------------------------------- through the command line
+# The job and the scorer run in this process (tests/commands.py).
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
-    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    return env
+def _score(run: Path, *args: str):
+    return run_command("score", QRELS, run, "--json", *args)
 
 
-def _score(run: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.score", str(QRELS), str(run), "--json", *args], cwd=ROOT,
-                          env=_env(tmp_path), capture_output=True, text=True, timeout=300)
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("function", ["close", "huge"])
-def test_the_jobs_own_run_rescored_under_either_tie_rule_gives_its_numbers(tmp_path, function):
+def test_the_jobs_own_run_rescored_under_either_tie_rule_gives_its_numbers(tmp_path, monkeypatch, function):
     (tmp_path / "rs.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rs", raising=False)  # this test's module, not another test's
     job = tmp_path / "job"
-    done = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path}",
-                           f"hydra.run.dir={job}", "retriever=python", f"retriever.target=rs:{function}"],
-                          cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    try:
+        result = job_in_process("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={job}",
+                                "retriever=python", f"retriever.target=rs:{function}")
+    finally:
+        sys.modules.pop("rs", None)
     metrics = json.loads((job / "results" / "metrics.json").read_text())
     metrics = metrics.get("metrics", metrics)
     assert metrics["ndcg_at_10"] == pytest.approx(0.5772, abs=5e-5)  # BM25's ranking, kept (README's number)
+    assert result.metrics["ndcg_at_10"] == metrics["ndcg_at_10"]
     for tie in ("file_order", "docid_desc"):
-        scored = _score(job / "results" / "run.trec", tmp_path, "--tie-break", tie)
+        scored = _score(job / "results" / "run.trec", "--tie-break", tie)
         assert scored.returncode == 0, scored.stderr[-2000:]
         assert json.loads(scored.stdout)["ndcg_at_10"] == pytest.approx(metrics["ndcg_at_10"], rel=1e-12), tie
 
 
-@pytest.mark.slow
+#: What Python's default filters leave unprinted (as the command line would).
+QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
 def test_scoring_a_run_of_1e308_prints_no_numpy_warning(tmp_path):
     run = tmp_path / "big.trec"
     run.write_text("q01 Q0 d034 1 1e308 x\nq01 Q0 d092 2 -1e308 x\nq02 Q0 d001 1 1.7e308 x\n")
-    scored = _score(run, tmp_path)
+    with warnings.catch_warnings(record=True) as caught:  # in a process, numpy's warning is printed on stderr
+        warnings.simplefilter("always")
+        scored = _score(run)
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert "Warning" not in scored.stderr and "overflow" not in scored.stderr, scored.stderr
+    shown = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, QUIET)]
+    assert not shown, shown

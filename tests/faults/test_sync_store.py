@@ -10,6 +10,9 @@ never trusted alone.
   RUNNING): sync closes the parent.
 - Sync's line counts what it logged, adopted, found already logged and closed.
 - A record whose metric is a string: one line naming the file and the key, exit 2.
+
+Sync and the single job run in this process (tests/commands.py); the sweep is a process, made
+once for the module.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from commands import job_in_process, run_command
 
 from pipeline import tracking
 from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
 TIMEOUT_S = 300
 
 
@@ -43,18 +46,10 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def sync(capsys):
+def sync():
     """``python -m pipeline.sync ARGS`` in this process (mlflow is imported once): a result
     with ``returncode``, ``stdout`` and ``stderr``."""
-    from pipeline.cli.sync import main
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["pipeline.sync", *args], code, out, err)
-
-    return run
+    return lambda *args: run_command("sync", *args)
 
 
 def _runs(store: str) -> list:
@@ -79,10 +74,10 @@ def sweep(tmp_path_factory) -> Path:
     return root / "sweep"
 
 
+@pytest.mark.slow  # two MLflow stores created (their migrations)
 def test_a_moved_store_gets_the_job_again_and_a_lost_marker_is_adopted(tmp_path, sync):
     out = tmp_path / "out"
-    job = _run("-m", "pipeline", f"paths.root={out}", f"hydra.run.dir={tmp_path / 'job'}")
-    assert job.returncode == 0, job.stderr[-3000:]
+    job_in_process(f"paths.root={out}", f"hydra.run.dir={tmp_path / 'job'}")
     results = tmp_path / "job" / "results"
     store = f"sqlite:///{out / 'mlflow.db'}"
     first = res.read_marker(results)["run_id"]
@@ -104,6 +99,7 @@ def test_a_moved_store_gets_the_job_again_and_a_lost_marker_is_adopted(tmp_path,
     assert [r.info.run_id for r in _runs(store)] == [run.info.run_id]
 
 
+@pytest.mark.slow  # the sweep
 def test_a_moved_sweep_synced_to_a_new_store_writes_only_its_copy(sweep, tmp_path, sync):
     original_store = f"sqlite:///{sweep.parent / 'mlflow.db'}"
     copy = tmp_path / "copy" / "sweep"
@@ -140,6 +136,7 @@ def test_a_moved_sweep_synced_to_a_new_store_writes_only_its_copy(sweep, tmp_pat
     assert sync(str(copy)).stdout.strip().endswith("sync: 0 logged, 2 already logged, 0 closed")
 
 
+@pytest.mark.slow  # the sweep
 def test_a_parent_left_running_after_the_summary_is_closed_by_sync(sweep, sync):
     from mlflow import MlflowClient
 
@@ -156,6 +153,7 @@ def test_a_parent_left_running_after_the_summary_is_closed_by_sync(sweep, sync):
     assert again.returncode == 0 and "sync: 0 logged, 2 already logged, 0 closed" in again.stdout
 
 
+@pytest.mark.slow  # the sweep
 def test_a_metric_that_is_a_string_is_one_line_and_exit_2(sweep, tmp_path, sync):
     copy = tmp_path / "job"
     shutil.copytree(sweep / "0", copy)

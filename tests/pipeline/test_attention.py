@@ -22,7 +22,8 @@ CURVES = {
 
 def test_liu2023_at_20_gives_the_papers_accuracies():
     # Liu et al. 2023, GPT-3.5-Turbo, 20 documents: 75.8 / 53.8 / 63.2 % at positions 1 / 10 /
-    # 20 (quoted in docs/design.md), 57.2 / 55.4 % at 5 / 15. Raw fractions, not normalised.
+    # 20 (quoted in docs/metrics.md, "Context placement"), 57.2 / 55.4 % at 5 / 15. Raw fractions,
+    # not normalised.
     w = attention.liu2023(20)
     assert w.shape == (20,)
     assert w[0] == pytest.approx(0.758, abs=1e-12)

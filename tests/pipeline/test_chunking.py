@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import run_command
 from hydra import compose, initialize_config_dir
 
 from pipeline import chunkers
@@ -206,7 +207,9 @@ def _run(tmp_path: Path, name: str, *overrides: str) -> Path:
                                            f"cache_dir={tmp_path / 'cache'}", *overrides])
     runs = tmp_path / "out" / "runs"
     before = set(runs.rglob("results")) if runs.exists() else set()
-    run(cfg)
+    with pytest.MonkeyPatch.context() as patch:  # the figures are not what these tests check (test_plots.py is)
+        patch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)
+        run(cfg)
     (results,) = set(runs.rglob("results")) - before
     return results
 
@@ -238,9 +241,9 @@ def test_chunked_run_scores_its_folded_run_and_logs_budget_curves(tmp_path):
                    "gain=linear")
     metrics = _metrics(results)
     qrels = ROOT / "pipeline" / "sample_long" / "qrels" / "test.tsv"
-    out = subprocess.run([sys.executable, "-m", "pipeline.score", str(qrels), str(results / "run.trec"), "--json",
-                          "--k", "1,3,5,10,20", "--k-max", "20", "--gain", "linear"],
-                         capture_output=True, text=True, timeout=120)
+    out = run_command("score", qrels, results / "run.trec", "--json", "--k", "1,3,5,10,20", "--k-max", "20",
+                      "--gain", "linear")
+    assert out.returncode == 0, out.stderr
     scored = json.loads(out.stdout)
     shared = [k for k in scored if k in metrics and k != "n_queries"]
     assert len(shared) > 30

@@ -3,7 +3,9 @@ directly on the jobs' per_query.csv, TREC run files against ``pipeline.score``, 
 ``--log``, and bad input (one line, exit status 2).
 
 Three BM25 jobs on the bundled sample (``retriever.k1=0.3``, ``retriever.b=0.2``, ``k=5``) are
-made once per module with ``python -m pipeline tracking=none``.
+made once per module with ``python -m pipeline tracking=none``, in this process (``run_job``,
+without figures); the commands run in this process too (tests/commands.py). The sweep runs as
+a process (``python -m pipeline -m``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from commands import job_in_process, run_command
 
 from pipeline.cli import compare as compare_command
 from pipeline import comparison as compare
@@ -37,8 +40,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str, module: str = "pipeline") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=_env(), capture_output=True,
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pipeline ARGS``: a process (the sweep)."""
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
@@ -48,8 +52,7 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("compare_jobs")
     folders = {}
     for name, override in JOBS.items():
-        done = _run("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", override)
-        assert done.returncode == 0, done.stderr[-3000:]
+        job_in_process("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", override)
         folders[name] = root / name
     return folders
 
@@ -177,7 +180,7 @@ def test_trec_run_files_are_scored_like_pipeline_score(jobs, tmp_path, capsys):
     report = _json(capsys, *map(str, runs), "--qrels", str(QRELS), *FAST, "--out", str(tmp_path / "r"))
     assert [s["name"] for s in report["systems"]] == ["k1", "b"]
     for run, name in zip(runs, ("k1", "b")):
-        done = _run(str(QRELS), str(run), "--json", module="pipeline.score")
+        done = run_command("score", QRELS, run, "--json")
         assert done.returncode == 0, done.stderr
         reference = json.loads(done.stdout)
         table = _per_query(jobs[name])
@@ -218,7 +221,7 @@ def _drop_query(jobs, tmp_path) -> Path:
 
 @pytest.mark.parametrize("case", ["missing file", "bad metric", "column beyond k_max", "query missing",
                                   "run file without qrels", "unknown baseline", "one system"])
-def test_bad_input_is_one_line_and_status_2(case, jobs, tmp_path, capsys):
+def test_bad_input_is_one_line_and_status_2(case, jobs, tmp_path):
     a, b = str(jobs["k1"]), str(jobs["b"])
     args, expected = {
         "missing file": ([a, str(tmp_path / "nope")], f"error: {tmp_path / 'nope'}: no such file or folder"),
@@ -231,10 +234,12 @@ def test_bad_input_is_one_line_and_status_2(case, jobs, tmp_path, capsys):
         "unknown baseline": ([a, b, "--baseline", "zzz"], "error: --baseline: 'zzz' is none of the systems"),
         "one system": ([a], "error: "),
     }[case]
-    code, out, err = _compare(capsys, *args, "--out", str(tmp_path / "r"))
-    assert code == 2
-    assert out == ""
-    assert len(err.strip().splitlines()) == 1 and err.startswith(expected), err
+    done = run_command("compare", *args, "--out", tmp_path / "r")  # status and output as a process's
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith(expected), done.stderr
+    if case == "missing file":  # the whole line (was test_the_command_line_prints_one_line_and_no_traceback)
+        assert done.stderr.strip() == expected
     assert not (tmp_path / "r").exists()
 
 
@@ -244,12 +249,6 @@ def test_a_missing_query_scores_zero_when_asked(jobs, tmp_path, capsys):
     assert report["zero_filled"] == {report["systems"][1]["name"]: ["q04"]}
     full, cut = _per_query(jobs["k5"])["ndcg_at_10"], _per_query(short)["ndcg_at_10"]
     assert _by_metric(report)["ndcg_at_10"]["systems"][1]["mean"] == pytest.approx(cut.sum() / len(full))
-
-
-def test_the_command_line_prints_one_line_and_no_traceback(jobs, tmp_path):
-    done = _run(str(jobs["k1"]), str(tmp_path / "absent"), module="pipeline.compare")
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == f"error: {tmp_path / 'absent'}: no such file or folder"
 
 
 def test_log_puts_the_report_on_a_new_run_in_experiment_compare(jobs, tmp_path, store, capsys):

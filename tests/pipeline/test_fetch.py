@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import threading
 import zipfile
 from functools import partial
@@ -16,6 +14,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from commands import job_in_process, run_command
 
 from pipeline.cli import fetch as fetch_command
 from pipeline.io import fetch
@@ -121,9 +120,9 @@ def test_fetch_continues_a_partial_download(server, tmp_path):
     assert fetch.verified(into / NAME, md5) and _leftovers(into) == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.fetch", *args], cwd=REPO, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=60)
+def _cli(*args: str):
+    """``python -m pipeline.fetch ARGS`` in this process (tests/commands.py): status and output."""
+    return run_command("fetch", *args)
 
 
 def test_a_bad_checksum_fails_cleanly(server, tmp_path):
@@ -170,18 +169,18 @@ def test_a_zip_whose_entries_escape_is_refused(server, tmp_path, capsys):
     assert _leftovers(into) == []
 
 
-@pytest.mark.slow
-def test_a_pipeline_run_on_the_fetched_collection(server, tmp_path, run_pipeline):
+def test_a_pipeline_run_on_the_fetched_collection(server, tmp_path):
     url, _, _, md5 = server
     assert fetch_command.main([NAME, "--into", str(tmp_path / "data"), "--url", url, "--md5", md5]) == 0
     folder = tmp_path / "data" / NAME
-    done = run_pipeline("dataset=beir", f"dataset.path={folder}", "tracking=none")
-    assert done.returncode == 0, done.stderr[-2000:]
-    metrics = json.loads((run_pipeline.results_dir / "metrics.json").read_text())
+    job_in_process("dataset=beir", f"dataset.path={folder}", "tracking=none", f"hydra.run.dir={tmp_path / 'run'}",
+                   f"cache_dir={tmp_path / 'cache'}")  # in this process (tests/commands.py)
+    results_dir = tmp_path / "run" / "results"
+    metrics = json.loads((results_dir / "metrics.json").read_text())
     judged = {line.split("\t")[0] for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:] if line}
     corpus = [line for line in (folder / "corpus.jsonl").read_text().splitlines() if line.strip()]
     assert metrics["collection"]["name"] == NAME
     assert metrics["collection"]["n_docs"] == len(corpus)
     assert metrics["collection"]["n_queries"] == len(judged)
-    run_queries = {line.split()[0] for line in (run_pipeline.results_dir / "run.trec").read_text().splitlines()}
+    run_queries = {line.split()[0] for line in (results_dir / "run.trec").read_text().splitlines()}
     assert run_queries == judged

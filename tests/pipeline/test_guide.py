@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from commands import run_job_command
 
 from pipeline import tracking
 from pipeline.io import results as res
@@ -219,13 +220,9 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
 
 def test_the_readme_sample_output_is_what_the_job_prints(tmp_path):
     """README, "Quick start": the bundled sample with BM25 at k = 10; README, "Sweeps": the
-    sweep's "best:" line, which a job with the best's settings prints alone (same seed)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path / 'out'}",
-         f"hydra.run.dir={tmp_path / 'job'}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
+    sweep's "best:" line, which a job with the best's settings prints alone (same seed).
+    Both jobs run in this process (tests/commands.py), what they print captured."""
+    proc = run_job_command("tracking=none", f"paths.root={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'job'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = _code_blocks(_section(_readme(), "Quick start"))[1].splitlines()
     printed = proc.stdout.splitlines()
@@ -245,11 +242,8 @@ def test_the_readme_sample_output_is_what_the_job_prints(tmp_path):
         f"sqlite:///{REPO}/outputs/mlflow.db", "1")
 
     # The sweep's best job, k5 litm, run alone with the sweep's objective: the same number and CI.
-    best_job = subprocess.run(
-        [sys.executable, "-m", "pipeline", "tracking=none", "k=5", "reorder=lost_in_the_middle",
-         "objective=context_utility_at_k", f"paths.root={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'best'}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
+    best_job = run_job_command("tracking=none", "k=5", "reorder=lost_in_the_middle", "objective=context_utility_at_k",
+                               f"paths.root={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'best'}")
     assert best_job.returncode == 0, best_job.stderr[-3000:]
     metrics = json.loads((tmp_path / "best" / "results" / "metrics.json").read_text())["metrics"]
     sweep_out = _code_blocks(_section(_readme(), "Sweeps"))[1]
@@ -288,6 +282,8 @@ def test_the_kind_is_one_the_installed_mlflow_ui_knows():
 
 @pytest.mark.slow
 def test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_to_open_it(tmp_path):
+    """Process-level: the first run a newcomer makes, as ``python -m pipeline`` in a colour
+    terminal's environment with pipes for stdout and stderr (``console.setup``: no ANSI codes)."""
     root = tmp_path / "fresh"  # no store here yet
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(MLFLOW_DISABLE_TELEMETRY="true", HF_HUB_OFFLINE="1", TERM="xterm-256color")  # a colour terminal

@@ -329,8 +329,7 @@ def test_scorer_reports_judged_and_bpref_and_takes_judged_only(tmp_path, capsys)
     assert "judged " in text and "bpref " in text and "judged_only: condensed lists" in text
 
 
-@pytest.mark.slow  # a whole job on the sample, figures included
-def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
+def test_a_run_records_judged_only_and_warns(tmp_path, capsys, monkeypatch):
     from hydra import compose, initialize_config_dir
 
     from pipeline.job import run
@@ -338,6 +337,7 @@ def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
     overrides = ["tracking=none", f"paths.root={tmp_path}", "judged_only=true", "objective=bpref"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
+    monkeypatch.setattr("pipeline.figures.save_run_figures", lambda *args, **kwargs: None)  # not checked here
     objective = run(cfg)
     out = capsys.readouterr().out
     (results,) = list((tmp_path / "runs").glob("*/*/results"))
@@ -354,14 +354,11 @@ def test_a_run_records_judged_only_and_warns(tmp_path, capsys):
 
 
 def test_the_judged_warning_is_shown_once_and_kept_in_the_job_log(tmp_path):
-    import os
-    import subprocess
-    import sys
+    """The job in this process (tests/commands.py): its console output and its log file."""
+    from commands import run_job_command
 
     run_dir = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path / 'out'}",
-                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    proc = run_job_command("tracking=none", f"paths.root={tmp_path / 'out'}", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     judged = json.loads((run_dir / "results" / "metrics.json").read_text())["metrics"]["judged_at_10"]
     line = f"judged_at_10 = {judged:.4f} < 0.9"  # the sample's pool is shallow: 0.1885

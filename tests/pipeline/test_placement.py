@@ -92,7 +92,7 @@ HAYSTACK = {
     7: [1, 3, 5, 7, 6, 4, 2],
     8: [1, 3, 5, 7, 8, 6, 4, 2],
     9: [1, 3, 5, 7, 9, 8, 6, 4, 2],  # Haystack's own test_lost_in_the_middle_order_odd
-    10: [1, 3, 5, 7, 9, 10, 8, 6, 4, 2],  # docs/design.md
+    10: [1, 3, 5, 7, 9, 10, 8, 6, 4, 2],  # docs/metrics.md, "Context placement"
     11: [1, 3, 5, 7, 9, 11, 10, 8, 6, 4, 2],
     12: [1, 3, 5, 7, 9, 11, 12, 10, 8, 6, 4, 2],
 }
@@ -106,7 +106,7 @@ LANGCHAIN = {
     7: [1, 3, 5, 7, 6, 4, 2],
     8: [2, 4, 6, 8, 7, 5, 3, 1],
     9: [1, 3, 5, 7, 9, 8, 6, 4, 2],
-    10: [2, 4, 6, 8, 10, 9, 7, 5, 3, 1],  # docs/design.md
+    10: [2, 4, 6, 8, 10, 9, 7, 5, 3, 1],  # docs/metrics.md, "Context placement"
     11: [1, 3, 5, 7, 9, 11, 10, 8, 6, 4, 2],
     12: [2, 4, 6, 8, 10, 12, 11, 9, 7, 5, 3, 1],
 }
@@ -131,14 +131,29 @@ ATTENTION_OPTIMAL_LIU = {
 KS = list(range(1, 13))
 
 
-def test_design_md_lists_for_k10():
-    # Copied by hand from docs/design.md, "Context placement and position-aware metrics".
-    assert HAYSTACK[10] == [1, 3, 5, 7, 9, 10, 8, 6, 4, 2]
-    assert LANGCHAIN[10] == [2, 4, 6, 8, 10, 9, 7, 5, 3, 1]
-    assert list(placement.lost_in_the_middle(10) + 1) == [1, 3, 5, 7, 9, 10, 8, 6, 4, 2]
-    assert list(placement.lost_in_the_middle_langchain(10) + 1) == [2, 4, 6, 8, 10, 9, 7, 5, 3, 1]
-    assert list(placement.none(10) + 1) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
-    assert list(placement.reverse(10) + 1) == [10, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+def _docs_placement_table() -> dict[str, list[int]]:
+    """docs/metrics.md, "Context placement": the table of ``reorder=`` strategies and the ranks
+    slots 1..10 hold (the strategies given as a list of ranks)."""
+    page = (CONF.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("\n## Context placement\n", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`"):
+            name = cells[0].strip("`")
+            if all(part.isdigit() for part in cells[1].split(",")):
+                table[name] = [int(part) for part in cells[1].split(",")]
+    return table
+
+
+def test_the_docs_placement_table_for_k10_is_what_the_code_does():
+    # The hand-written copy is docs/metrics.md, "Context placement"; read from there.
+    table = _docs_placement_table()
+    assert set(table) == {"none", "reverse", "lost_in_the_middle", "lost_in_the_middle_langchain"}
+    assert table["lost_in_the_middle"] == HAYSTACK[10] and table["lost_in_the_middle_langchain"] == LANGCHAIN[10]
+    for name, ranks in table.items():
+        assert list(STRATEGIES[name](10) + 1) == ranks, name
+    assert table["none"] == list(range(1, 11)) and table["reverse"] == list(range(10, 0, -1))
 
 
 @pytest.mark.parametrize("k", KS)

@@ -74,16 +74,6 @@ def test_bad_utf8_names_the_line(tmp_path):
     assert "line is not valid UTF-8 (invalid continuation byte at byte 3)" in info.value.problem
 
 
-def test_truncated_gzip_names_the_file(tmp_path):
-    blob = gzip.compress(b"".join(b"line %d\n" % i for i in range(1000)))
-    path = tmp_path / "f.txt.gz"
-    path.write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(InputError) as info:
-        list(raw_lines(path, "corpus"))
-    assert info.value.path == str(path) and info.value.line is not None
-    assert info.value.problem.startswith("cannot read corpus file (")
-
-
 def test_require_file(tmp_path):
     with pytest.raises(InputError, match="run file not found"):
         require_file(tmp_path / "absent", "run")
@@ -128,15 +118,39 @@ def test_bad_utf8_in_qrels_and_runs_names_the_line(tmp_path, what):
     assert str(info.value).startswith(f"error: {path}:3: line is not valid UTF-8 (invalid start byte at byte ")
 
 
-@pytest.mark.parametrize("what", ["qrels", "run"])
-def test_truncated_gzip_qrels_and_runs_name_the_file(tmp_path, what):
-    line = "q1 0 d{} 1\n" if what == "qrels" else "q1 Q0 d{} 1 1.0 t\n"
+def _trec_queries(path: Path) -> None:
+    """load_trec with ``path`` as its queries (plain qrels and corpus beside it)."""
+    from pipeline.io.collection import load_trec
+
+    (path.parent / "qrels.txt").write_text("q1 0 d1 1\n")
+    (path.parent / "docs.tsv").write_text("_id\ttitle\ttext\nd1\t\tchain oil\n")
+    load_trec(qrels=path.parent / "qrels.txt", queries=path, corpus=path.parent / "docs.tsv")
+
+
+#: A truncated gzip file on each reader: (the reader, a line of its format, the name in the message).
+TRUNCATED = {
+    "corpus": (lambda path: list(raw_lines(path, "corpus")), "line {}\n", "corpus"),
+    "qrels": (read_qrels, "q1 0 d{} 1\n", "qrels"),
+    "run": (read_run, "q1 Q0 d{} 1 1.0 t\n", "run"),
+    "queries (load_trec)": (_trec_queries, "q{}\tchain oil\n", "queries"),
+}
+
+
+@pytest.mark.parametrize("cut", ["half", "trailer"])
+@pytest.mark.parametrize("what", list(TRUNCATED))
+def test_truncated_gzip_names_the_file(tmp_path, what, cut):
+    """One test for every reader (was four, in two files): the file cut in half, or only its
+    8-byte trailer gone. The entry points (scorer, job): tests/faults/test_inputs.py; random
+    bytes and cut gzip of any content: tests/faults/test_fuzz.py."""
+    reader, line, name = TRUNCATED[what]
     blob = gzip.compress("".join(line.format(i) for i in range(5000)).encode())
-    path = tmp_path / f"{what}.txt.gz"
-    path.write_bytes(blob[:-8])  # the gzip trailer is gone
+    path = tmp_path / f"{name}.txt.gz"
+    path.write_bytes(blob[: len(blob) // 2] if cut == "half" else blob[:-8])
     with pytest.raises(InputError) as info:
-        (read_qrels if what == "qrels" else read_run)(path)
-    assert info.value.path == str(path) and info.value.problem.startswith(f"cannot read {what} file (")
+        reader(path)
+    assert info.value.path == str(path) and info.value.problem.startswith(f"cannot read {name} file ("), info.value
+    if what == "corpus":
+        assert info.value.line is not None
 
 
 # --------------------------------------------------------------------------- one dedupe rule

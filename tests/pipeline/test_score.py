@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import run_command
 
 from pipeline.errors import InputError
 from pipeline.io.formats import read_qrels, read_run, write_run
@@ -35,10 +34,9 @@ RUN = (
 )
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.score", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+def run_cli(*args: str):
+    """``python -m pipeline.score ARGS`` in this process (tests/commands.py)."""
+    return run_command("score", *args)
 
 
 def test_json_output_values(tmp_path, capsys):

@@ -2,17 +2,17 @@
 
 ``python -m pipeline.sync`` logs every finished job from its folder, and logging a folder
 twice (marker or no marker, half-logged run or not) never makes a second run.
+
+The job and the command run in this process (tests/commands.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commands import job_in_process, run_command
 
 from pipeline.io import results as res
 from pipeline import tracking
@@ -20,19 +20,8 @@ from pipeline import tracking
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
-    return env
-
-
-def pipeline_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline", *args]
-
-
-def sync(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.sync", *args], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+def sync(*args: str):
+    return run_command("sync", *args)
 
 
 def _runs(store: str) -> list:
@@ -43,13 +32,11 @@ def _runs(store: str) -> list:
     return client.search_runs(ids, max_results=1000)  # active runs only: deleted ones do not count
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # three MLflow runs logged with their artifacts
 def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     from mlflow import MlflowClient
 
-    proc = subprocess.run(pipeline_cmd("tracking=none", "k=5", f"paths.root={tmp_path / 'out'}"), cwd=ROOT,
-                          env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_in_process("tracking=none", "k=5", f"paths.root={tmp_path / 'out'}", figures=True)
     (folder,) = res.find_results([tmp_path / "out"])
     record = res.read_record(folder)
     assert record["tracking"] is None and record["metrics"]["ndcg_at_5"] > 0.3

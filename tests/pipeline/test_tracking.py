@@ -148,17 +148,5 @@ def test_the_writer_lock_is_one_lock_however_the_store_is_named(tmp_path, monkey
     with tracking.writing(relative):
         tracking.ensure_store(relative)
     assert (tmp_path / "outputs" / "mlflow.db").is_file()
-
-
-def test_the_readme_first_command_logs_to_a_new_store_in_the_working_folder(tmp_path):
-    """``python -m pipeline`` as a newcomer runs it: the default store, ``outputs/mlflow.db``
-    relative to the working folder, created by the job that logs to it."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    proc = subprocess.run([sys.executable, "-m", "pipeline"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "MLflow run " in proc.stdout and (tmp_path / "outputs" / "mlflow.db").is_file()
+    # The README's first command (``python -m pipeline`` in a folder: the store is made there by
+    # the job that logs to it): tests/faults/test_round4_sync.py, its ``tree`` fixture.
