@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the base_config schema)
 from pipeline import console
+from pipeline.io.ray_runtime import import_ray
 from pipeline.errors import InputError, Interrupted, exit_line
 from pipeline.job import run_job
 from pipeline.sweep import on_interrupt, on_sweep_error
@@ -39,8 +40,6 @@ def check_extras(argv: list[str]) -> None:
     """``hydra/launcher=ray`` without Ray installed: InputError naming the extra, before the
     sweep's parent run is opened (the launcher itself would say so only after it)."""
     if any(arg.lstrip("+~").replace(" ", "") == "hydra/launcher=ray" for arg in argv):
-        from pipeline.io.ray_runtime import import_ray
-
         import_ray("hydra/launcher=ray")
 
 

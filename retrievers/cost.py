@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.ranking import Ranking
 from pipeline.stats.percentile import percentiles_with_ci
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,6 @@ def one_by_one(retriever: Any, query_ids: Sequence[str], query_texts: Sequence[s
     are off meanwhile (as in the warm-up): a call encodes its query and searches, and no
     per-call cache entry is looked up or written (a dense query is encoded even when a cache
     holds it)."""
-    from retrievers.base import Ranking
-
     rows, latencies = [], []
     cached = _with_cache(retriever)  # one query a call: nothing of it goes to (or is read from) a cache
     for part in cached:

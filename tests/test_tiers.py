@@ -45,9 +45,7 @@ PACKAGES = ("pipeline", "retrievers", "hydra_plugins")
 APP = {"pipeline.__main__", "pipeline.config", "pipeline.job", "pipeline.stages", "pipeline.naming",
        "pipeline.sweep", "pipeline.sweep.callback", "pipeline.sweep.summary", "pipeline.sweep.table",
        "pipeline.sweep.parent", "pipeline.sweep.pareto", "pipeline.console", "pipeline.api", "pipeline.api.inputs",
-       "pipeline.api.evaluation", "pipeline.api.jobs", "pipeline.sweep.sync", "pipeline.cli", "pipeline.cli.__main__",
-       "pipeline.cli.runner", *(f"pipeline.cli.{name}" for name in ("score", "compare", "sync", "pool", "judgments",
-                                                                     "fetch", "index"))}
+       "pipeline.api.evaluation", "pipeline.api.jobs", "pipeline.sweep.sync"}
 COMMANDS = {f"pipeline.{name}" for name in ("score", "compare", "sync", "pool", "judgments", "fetch", "index")}
 #: A package of command modules is the command tier as a whole.
 COMMAND_PACKAGES = ("pipeline.cli",)
@@ -64,22 +62,7 @@ TOOLS = {"pipeline.sample_long.build"}
 #: Imports inside functions that are neither heavy nor of a module heavy at import, and why.
 #: Keyed by (the importing module, the imported name as written); an entry that matches nothing
 #: is reported too.
-LAZY_EXCEPTIONS = {
-    # pipeline/__init__.py: the facade's ``__getattr__`` (PEP 562) imports the API on first use;
-    # ``importlib`` is part of that one mechanism (the interpreter has it loaded already).
-    ("pipeline", "importlib"): "the facade's lazy export of pipeline.api (PEP 562)",
-    # The command modules below move to pipeline/cli in issue 34's command work, which rewrites them.
-    ("pipeline.__main__", "pipeline.io.ray_runtime"): "check_extras; to the top when __main__ moves",
-    ("pipeline.score", "os"): "cli(); to the top when the command moves",
-    ("pipeline.sync", "pipeline.stats"): "to the top when the command moves",
-    ("pipeline.index", "pipeline.context.chunking"): "to the top when the command moves",
-    ("pipeline.index", "retrievers.dense"): "to the top when the command moves",
-    ("pipeline.pool", "pipeline.judging"): "to the top when the command moves",
-    # discard_run's redirect of mlflow's gc output; pipeline.tracking.log is being reworked by issue 34's
-    # record-to-MLflow mapping: to the top there.
-    ("pipeline.tracking.log", "contextlib"): "to the top with the tracking rework",
-    ("pipeline.tracking.log", "io"): "to the top with the tracking rework",
-}
+LAZY_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _name(path: Path) -> str:

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 from pipeline import tracking
 from pipeline.errors import InputError
 from pipeline.io import results as res
+from pipeline.stats import DEFAULT_MARGIN, check_margin
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,6 @@ def _close_sweep(sweep_dir: Path, uri: str | None, say: Any) -> bool:
 
 def _margin(params: dict[str, Any]) -> float:
     """The sweep's practical margin (``compare.margin``; an older record: the default)."""
-    from pipeline.stats import DEFAULT_MARGIN, check_margin
-
     try:
         return check_margin(params.get("compare.margin", DEFAULT_MARGIN))
     except ValueError:

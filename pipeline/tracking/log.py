@@ -19,6 +19,8 @@ logged later by ``pipeline.sync`` finds (or makes) the parent in the store it lo
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import posixpath
 import tempfile
@@ -132,8 +134,6 @@ def discard_run(mlflow_client: MlflowClient, settings: StoreSettings, run_id: st
     db = sqlite_path(settings.uri)
     if db is None:
         return
-    import contextlib
-    import io
 
     try:
         from mlflow.cli import gc
