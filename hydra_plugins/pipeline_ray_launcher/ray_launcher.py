@@ -28,7 +28,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, exit_line
 from pipeline.io.ray_runtime import RayFailed, import_ray, ray_runtime
 from pipeline.io.results import FailedObjective, write_failed
 
@@ -61,8 +61,9 @@ def connect(init: dict[str, Any]) -> Any:
     try:
         ray = import_ray("hydra/launcher=ray")
     except InputError as err:
-        print(str(err), file=sys.stderr)
-        sys.exit(err.exit_code)
+        line, status = exit_line(err)
+        print(line, file=sys.stderr)
+        sys.exit(status)
     if ray.is_initialized():
         return ray
     address = init.pop("address", None)
@@ -70,8 +71,9 @@ def connect(init: dict[str, Any]) -> Any:
     try:
         runtime.__enter__()
     except RayFailed as err:
-        print(str(err), file=sys.stderr)
-        sys.exit(err.exit_code)
+        line, status = exit_line(err)
+        print(line, file=sys.stderr)
+        sys.exit(status)
     atexit.register(runtime.__exit__, None, None, None)  # shut down (or disconnect) when the sweep ends
     return ray
 

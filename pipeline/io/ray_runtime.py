@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 from pipeline.io.progress import is_terminal
 
 EXTRA_HINT = 'install the ray extra: pip install -e ".[ray]"'
@@ -57,11 +57,9 @@ def quiet_token_notice() -> Iterator[None]:
         logger.removeFilter(drop)
 
 
-class RayFailed(InputError):
+class RayFailed(StoreError):
     """Ray could not be reached, or the encoding on it failed: one line, exit status 3
     (like a tracking store that cannot be reached), never a traceback."""
-
-    exit_code = 3
 
 
 def import_ray(what: str) -> Any:
