@@ -34,6 +34,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pipeline.io import results as res
+from pipeline.stats.verdicts import infer
+
 log = logging.getLogger(__name__)
 
 #: The cost metric the front and the budget use.
@@ -116,8 +119,6 @@ def pareto_front(quality: ArrayLike, cost: ArrayLike) -> NDArray[np.bool_]:
 
 def points_of(jobs: list[tuple[Path, dict[str, Any]]], objective: str) -> list[Point]:
     """The jobs as points (in ``jobs`` order); ``objective`` NaN when a job lacks it."""
-    from pipeline.io import results as res
-
     out = []
     for results, record in jobs:
         m = record.get("metrics") or {}
@@ -179,8 +180,6 @@ def _best_set(within: list[Point], objective: str, report: dict[str, Any] | None
         return [], "the only job within the budget"
     if report is None or objective not in (report.get("per_query") or {}).get("scores", {}):
         return None, "no statistics ran (see the note above): the best within is the highest mean only"
-    from pipeline.stats.verdicts import infer
-
     by_folder = {str(Path(d["folder"]).resolve()): d["name"] for d in report["systems"] if d.get("folder")}
     scores = report["per_query"]["scores"][objective]
     names = [by_folder.get(str(Path(p.folder).resolve())) for p in within]
