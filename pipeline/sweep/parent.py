@@ -99,15 +99,9 @@ def budget_on_parent(answer: dict[str, Any] | None, table: Any, objective: str) 
     metric ``best_within_budget_<objective>``; nothing without a budget."""
     if answer is None:
         return {}, {}
-    tags = {"budget.max_latency_p95_ms": f"{answer['budget_ms']:g}",
-            "best_within_budget_run_name": str(answer["best"] or "")}
-    metrics: dict[str, float] = {}
-    if answer["best"] is None:
-        tags["closest_to_budget_run_name"] = str(answer["closest"] or "")
-        return tags, metrics
-    row = table.loc[table["run_name"] == answer["best"]]
+    run_id = value = None
+    row = table.loc[table["run_name"] == answer["best"]] if answer["best"] is not None else table.iloc[:0]
     if len(row):
-        tags["best_within_budget_run_id"] = str(row.iloc[0]["run_id"])
-        if objective in table.columns:
-            metrics[f"best_within_budget_{objective}"] = float(row.iloc[0][objective])
-    return tags, metrics
+        run_id = str(row.iloc[0]["run_id"])
+        value = float(row.iloc[0][objective]) if objective in table.columns else None
+    return mapping.parent_budget(objective, answer["budget_ms"], answer["best"], answer["closest"], run_id, value)

@@ -327,6 +327,25 @@ def parent_best(objective: str, best: Mapping[str, Any], overrides: Mapping[str,
     return tags, metrics
 
 
+def parent_budget(objective: str, budget_ms: float, best: str | None, closest: str | None,
+                  best_run_id: str | None = None, best_value: float | None = None
+                  ) -> tuple[dict[str, str], dict[str, float]]:
+    """Under a latency budget (``select.max_latency_p95_ms``), the parent run's tags
+    ``budget.max_latency_p95_ms``, ``best_within_budget_run_name`` (empty when no job meets it;
+    ``closest_to_budget_run_name`` then) and ``best_within_budget_run_id``, and the metric
+    ``best_within_budget_<objective>``. ``best``/``closest``: run names."""
+    tags = {"budget.max_latency_p95_ms": f"{budget_ms:g}", "best_within_budget_run_name": str(best or "")}
+    metrics: dict[str, float] = {}
+    if best is None:
+        tags["closest_to_budget_run_name"] = str(closest or "")
+        return tags, metrics
+    if best_run_id is not None:
+        tags["best_within_budget_run_id"] = str(best_run_id)
+    if best_value is not None:
+        metrics[f"best_within_budget_{objective}"] = float(best_value)
+    return tags, metrics
+
+
 def parent_finish_tags(tags: Mapping[str, str] | None, description: str | None, table_file: str | None
                        ) -> dict[str, str]:
     """The parent run's tags when the sweep ends: ``tags`` (the best job's), the description

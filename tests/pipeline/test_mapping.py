@@ -74,6 +74,10 @@ def _produced(jobs) -> dict[str, set[str]]:
     out["parent tag"] = set(mapping.sweep_start_tags("sweep-1", "sweep k=3,5", {})) | set(
         mapping.parent_finish_tags(tags, "**sweep**", SWEEP_TABLE_FILE))
     out["parent metric"] = set(metrics)
+    met, within = mapping.parent_budget("ndcg_at_10", 50.0, "bm25 k10", None, "r1", 0.5)
+    unmet, _ = mapping.parent_budget("ndcg_at_10", 5.0, None, "bm25 k3")
+    out["parent tag"] |= set(met) | set(unmet)
+    out["parent metric"] |= set(within)
     return out
 
 
