@@ -104,8 +104,9 @@ def _end_progress(sweep_dir: Path, in_this_process: bool) -> None:
     progress = _PROGRESS.pop("sweep", None)
     if progress is None:
         return
-    if not in_this_process:
-        progress.update(sum(1 for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()))
+    if not in_this_process:  # (less those a thread-based launcher's jobs counted themselves)
+        folders = sum(1 for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
+        progress.update(max(0, folders - progress.done))
     progress.close()
 
 
