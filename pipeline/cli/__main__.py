@@ -27,8 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv[0]`` (default: the command line's) with the rest of ``argv``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
+        stream = sys.stdout if argv else sys.stderr
+        return start(lambda _: print(usage(), file=stream) or (0 if argv else 2), [])
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"error: {name!r} is not a command: {', '.join(COMMANDS)} ({PROG} --help)", file=sys.stderr)

@@ -159,4 +159,4 @@ def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, st
         outputs[name] = (rows, report["tied_with_best"], report["n_comparisons"], best.split(" (")[0],
                          sorted(p.name for p in summary.glob("*.png")))
     assert outputs["tracked"] == outputs["untracked"]
-    assert len(outputs["tracked"][0]) == 4 and outputs["tracked"][4] == ["sweep_summary.png"]
+    assert len(outputs["tracked"][0]) == 4 and outputs["tracked"][4] == ["pareto.png", "sweep_summary.png"]

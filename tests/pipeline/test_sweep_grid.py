@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.core_plugins import basic_sweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hydra_plugins.pipeline_grid_sweeper.grid_sweeper import GridSweeper, covering_jobs, grid
@@ -29,7 +29,7 @@ ARGS = [
 @pytest.mark.parametrize("batch", [None, 4])
 def test_the_jobs_and_their_order_are_the_basic_sweepers(args, batch):
     overrides = OverridesParser.create().parse_overrides(args)
-    assert grid(overrides, batch) == BasicSweeper.split_arguments(overrides, batch)
+    assert grid(overrides, batch) == basic_sweeper.BasicSweeper.split_arguments(overrides, batch)
 
 
 @pytest.mark.parametrize("sizes", [(5, 5, 4), (3, 2, 3), (1, 7), (4,), (2, 2, 2, 2)])
@@ -64,7 +64,7 @@ def test_before_a_batch_only_the_covering_jobs_are_composed():
     overrides = OverridesParser.create().parse_overrides(
         ["reorder=a,b,c,d,e", "k=1,3,5,10,20", "attention=flat,liu2023,log,u_shape"])
     (batch,) = grid(overrides, None)
-    for sweeper, expected in ((GridSweeper(), 5), (BasicSweeper(max_batch_size=None), 100)):
+    for sweeper, expected in ((GridSweeper(), 5), (basic_sweeper.BasicSweeper(max_batch_size=None), 100)):
         loader = _CountingLoader()
         sweeper.hydra_context, sweeper.config = _Context(loader), object()
         sweeper.validate_batch_is_legal(batch)

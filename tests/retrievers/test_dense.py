@@ -218,6 +218,7 @@ def test_import_is_cheap():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # loads the real MiniLM (~9 s on 2 cores)
 def test_real_model_offline_ranks_paraphrase_source_first(tmp_path):
     pytest.importorskip("sentence_transformers")
     docs = [
