@@ -141,7 +141,7 @@ def discard_run(mlflow_client: MlflowClient, settings: StoreSettings, run_id: st
         uri = f"sqlite:///{db.resolve()}"
         with contextlib.redirect_stdout(io.StringIO()):  # gc says "permanently deleted" on stdout
             gc.main(["--backend-store-uri", uri, "--tracking-uri", uri, "--run-ids", run_id], standalone_mode=False)
-    except BaseException as exc:  # noqa: BLE001  (click may raise SystemExit)
+    except (Exception, SystemExit) as exc:  # click may raise SystemExit; Ctrl-C and SIGTERM go through
         log.warning("could not remove the deleted run %s from %s: %s", run_id, db, exc)
 
 
