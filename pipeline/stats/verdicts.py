@@ -42,13 +42,19 @@ DEFAULT_MARGIN = 0.01
 METHOD = "randomized Tukey HSD (Carterette 2012; Sakai 2018)"
 
 
+def positive_finite(value: Any) -> float | None:
+    """``value`` as a float when it is a positive finite number (not a bool), else None: the
+    one check behind the margin and the sweep's latency budget."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if isinstance(value, bool) or not math.isfinite(number) or number <= 0 else number
+
+
 def check_margin(margin: float) -> float:
     """``margin`` as a float; ValueError unless it is a positive finite number."""
-    try:
-        m = float(margin)
-    except (TypeError, ValueError):
-        m = math.nan
-    if isinstance(margin, bool) or not math.isfinite(m) or m <= 0:
+    if (m := positive_finite(margin)) is None:
         raise ValueError(f"margin must be a positive finite number, got {margin!r}")
     return m
 

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pipeline.io import results as res
-from pipeline.stats.verdicts import infer
+from pipeline.stats.verdicts import infer, positive_finite
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,7 @@ def check_budget(value: Any, where: str = "select.max_latency_p95_ms") -> float 
     budget of 0 ms or less admits no job by definition: a typo, not a question)."""
     if value is None:
         return None
-    try:
-        budget = float(value)
-    except (TypeError, ValueError):
-        budget = math.nan
-    if isinstance(value, bool) or not math.isfinite(budget) or budget <= 0:
+    if (budget := positive_finite(value)) is None:
         raise ValueError(f"{where} must be a positive finite number of milliseconds (or null), got {value!r}")
     return budget
 

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from e2e_servers import carriers  # the processes whose environment holds a marker
 
 from pipeline import tracking
 
@@ -30,18 +31,6 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
 
 
-def _carriers(needle: bytes) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _run_marked(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m ARGS`` with a marker; assert it ends within BOUND_S and leaves no process."""
     marker = f"outlive-{uuid.uuid4().hex}"
@@ -50,7 +39,7 @@ def _run_marked(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=BOUND_S)
     deadline = time.monotonic() + 2.0  # a process being torn down may show its environment a moment
-    while (left := _carriers(marker.encode())) and time.monotonic() < deadline:
+    while (left := carriers(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes outlived {args}: {left}"
     return proc
