@@ -1,34 +1,55 @@
 """The experiment app's sweeps: every launcher (basic, joblib, submitit, Optuna) loses no run,
 a failing job does not stop its sweep, a sweep over placements retrieves once, and an untracked
 sweep writes the summary a tracked one writes. (Split from test_app.py so that two workers
-share its minutes.)"""
+share its minutes.)
+
+The sweeps of the basic launcher and of Optuna run in this process (``run_pipeline_command``,
+tests/commands.py: ``python -m pipeline -m ...`` as ``pipeline.__main__.entry``), as what they
+check is the pipeline's behaviour; the tracked-and-untracked test also checks that two sweeps
+in one process leave nothing behind. The launchers that start processes (joblib, submitit) and
+the exit status of a sweep with a failed job (``python -m pipeline -m``, status 2) run as
+processes. The Optuna sweep of ``experiment=tune_bm25`` is tests/pipeline/test_sweep_report.py's.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from commands import run_pipeline_command
 
 ROOT = Path(__file__).resolve().parents[2]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """``python -m pipeline ARGS``: a process (launchers that start processes, exit statuses)."""
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        env={**os.environ, **OFFLINE}, stdin=subprocess.DEVNULL,
     )
+
+
+def _where(tmp_path: Path, store: str) -> list[str]:
+    """Store, artifacts, sweep folder and cache, all in tmp_path."""
+    return [f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}"]
 
 
 def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A multirun whose store, artifacts, sweep folder and cache all live in tmp_path."""
-    return cli(
-        "-m", *args, f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
-    )
+    """A multirun as a process whose store, artifacts, sweep folder and cache all live in tmp_path."""
+    return cli("-m", *args, *_where(tmp_path, store))
+
+
+def sweep_here(tmp_path: Path, store: str, *args: str):
+    """The same multirun in this process (tests/commands.py)."""
+    return run_pipeline_command("-m", *args, *_where(tmp_path, store), env={**os.environ, **OFFLINE})
 
 
 # --------------------------------------------------------------- sweeps
@@ -45,10 +66,12 @@ def _sweep_runs(store: str):
     return client, parents, jobs
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # joblib's workers are processes: the sweep is one too
 def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
+    """Parallel jobs logging to a store none of them created (the sweep creates it first).
+    bm25 at two k1 values: each worker loads no neural encoder."""
     store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
-    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever=bm25,dense", "k=3,5,10")
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever.k1=0.9,1.2", "k=3,5,10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, parents, jobs = _sweep_runs(store)
     assert len(parents) == 1 and len(jobs) == 6
@@ -56,7 +79,7 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
     assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
     assert {r.data.tags["sweep_id"] for r in jobs} == {parents[0].data.tags["sweep_id"]}
     assert sorted(r.info.run_name for r in jobs) == sorted(
-        f"{ret} k{k}" for ret in ("bm25", "dense") for k in (3, 5, 10)  # the swept keys, in order
+        f"k1={k1} k{k} bm25" for k1 in ("0.9", "1.2") for k in (3, 5, 10)  # the swept keys, in order
     )
     summary = {a.path for a in client.list_artifacts(parents[0].info.run_id, "summary")}
     assert {"summary/sweep_table.csv", "summary/sweep_summary.png"} <= summary
@@ -70,11 +93,11 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
 def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
     from mlflow import MlflowClient
 
-    proc = sweep_cli(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10")
+    proc = sweep_here(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=5,10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
-    assert len(jobs) == 12 and len(parents) == 1
-    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 11 + ["miss"]
+    assert len(jobs) == 8 and len(parents) == 1
+    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 7 + ["miss"]
     assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
     # A sweep's jobs draw no PNGs (issue 35, docs/results.md): their curves are the runs' curve/*
     # metrics, step = K, exactly those of metrics.json; draw_job_figures draws the PNGs later.
@@ -111,20 +134,7 @@ def test_submitit_local_launcher(tmp_path, store):
     assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["k3 bm25", "k5 bm25"]
 
 
-@pytest.mark.slow
-def test_optuna_experiment_tunes_bm25(tmp_path, store):
-    proc = sweep_cli(tmp_path, store, "experiment=tune_bm25", "hydra.sweeper.n_trials=3")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, parents, jobs = _sweep_runs(store)
-    assert len(jobs) == 3 and len(parents) == 1
-    k1s = {r.data.params["retriever.k1"] for r in jobs}
-    assert len(k1s) == 3 and "1.2" not in k1s  # the sampler chose them
-    best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
-    optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
-    assert f"{best}"[:8] in optimization
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # the process-level check: `python -m pipeline -m` exits 2
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
     proc = sweep_cli(tmp_path, store, "k=0,5")
     assert proc.returncode == 2
@@ -138,18 +148,47 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
 
 
 
+def _process_globals() -> dict[str, object]:
+    """What an in-process sweep could leave changed in this process."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from pipeline import console
+    from pipeline.sweep import callback
+
+    root = logging.getLogger()
+    files = [h.baseFilename for lg in [root, *logging.root.manager.loggerDict.values()]
+             for h in getattr(lg, "handlers", []) if isinstance(h, logging.FileHandler)]
+    return {"root handlers": list(root.handlers), "root level": root.level, "file handlers": files,
+            "env": dict(os.environ), "cwd": os.getcwd(), "argv": list(sys.argv),
+            "signals": {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
+            "hydra": GlobalHydra.instance().is_initialized(), "active sweep": dict(callback._ACTIVE),
+            "progress": dict(callback._PROGRESS), "brief": dict(console._BRIEF), "shown": set(console._SHOWN)}
+
+
 @pytest.mark.slow
 def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, store):
     """The sweep's end runs in the launching process, tracked or not: the same table, report
-    and figure (run ids and timings aside), and the same best job printed."""
+    and figure (run ids and timings aside), and the same best job printed. The two sweeps run
+    back to back in this process (tests/commands.py): each is complete (its jobs' lines, its
+    warning, its summary: nothing the first printed is held back from the second), and neither
+    leaves a handler, a log file, an environment variable, a signal handler or Hydra's or the
+    sweep's state behind."""
     import csv
 
     outputs = {}
+    before = _process_globals()
     for name, tracking in (("tracked", [f"tracking.uri={store}"]), ("untracked", ["tracking=none"])):
-        proc = cli("-m", "k=3,5", "reorder=none,lost_in_the_middle", "objective=context_utility_at_10", *tracking,
-                   f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / name}",
-                   f"cache_dir={tmp_path / 'cache'}")
+        proc = run_pipeline_command(
+            "-m", "k=3,5", "reorder=none,lost_in_the_middle", "objective=context_utility_at_10", *tracking,
+            f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / name}",
+            f"cache_dir={tmp_path / 'cache'}", env={**os.environ, **OFFLINE})
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert _process_globals() == before, name
+        assert proc.stdout.startswith("[") and "Launching 4 jobs locally" in proc.stdout  # Hydra's logging
+        assert len([line for line in proc.stdout.splitlines() if line.startswith("#")]) == 4, proc.stdout
+        assert sum("warning: judged_at_k < 0.9 in 4 of 4 jobs" in line for line in proc.stdout.splitlines()) == 1
+        assert all("[pipeline.job][INFO] - retrieve:" in (tmp_path / name / str(n) / "pipeline.log").read_text()
+                   for n in range(4))
         summary = tmp_path / name / "summary"
         with (summary / "sweep_table.csv").open() as fh:
             rows = [{k: v for k, v in row.items() if k not in ("run_id", "time_total_s", "overrides")}
