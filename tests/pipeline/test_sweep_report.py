@@ -1,28 +1,31 @@
-"""Sweeps say which configuration wins, with its uncertainty; one override moves every output."""
+"""Sweeps say which configuration wins, with its uncertainty; one override moves every output.
+
+The sweeps and the job run in this process (``run_pipeline_command``, tests/commands.py: the
+job from another working folder, which must stay empty).
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from commands import run_pipeline_command
 
 from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def cli(*args: str):
+    """``python -m pipeline ARGS`` in this process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true")
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=env)
+    return run_pipeline_command(*args, env=env)
 
 
 def _runs(store: str):
@@ -96,10 +99,19 @@ def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, st
 
 @pytest.mark.slow
 def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_best(tmp_path, store):
+    """experiment=tune_bm25 with 3 trials: the sampler's trials, none lost (this was also
+    test_app_sweeps.py's Optuna test: one sweep for both)."""
     proc = cli("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"paths.root={tmp_path / 'out'}",
                f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    client, (parent,), jobs = _runs(store)
+    client, parents, jobs = _runs(store)
+    assert len(jobs) == 3 and len(parents) == 1
+    (parent,) = parents
+    k1s = {r.data.params["retriever.k1"] for r in jobs}
+    assert len(k1s) == 3 and "1.2" not in k1s  # the sampler chose them
+    best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
+    optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
+    assert f"{best}"[:8] in optimization  # Optuna's own result file names the best trial's value
     names = [r.info.run_name for r in jobs]
     assert len(set(names)) == 3 and all(n.startswith("k1=") and " b=" in n for n in names)  # sampled values first
     for r in jobs:
@@ -115,10 +127,7 @@ def test_one_override_moves_every_output(tmp_path):
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     root = tmp_path / "root"
-    env_root = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "pipeline", f"paths.root={root}", "tracking=none"], cwd=cwd,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": env_root, "HF_HUB_OFFLINE": "1"})
+    proc = run_pipeline_command(f"paths.root={root}", "tracking=none", cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(cwd.iterdir()) == []  # nothing in the working directory
     (folder,) = res.find_results([root / "runs"])

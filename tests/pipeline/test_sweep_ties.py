@@ -1,20 +1,22 @@
 """Exact ties are ties (issue 25): jobs with identical per-query values are one result, counted
 once in the correction family; a sweep whose objective is identical for every job names no best;
 any per-query metric of a job (job-relative ``*_at_k``, budget metrics) can be the objective or
-a ``compare --metric``."""
+a ``compare --metric``.
+
+The sweeps and ``compare`` run in this process (``run_pipeline_command``, ``run_command``:
+tests/commands.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from commands import run_command, run_pipeline_command
 from statsmodels.stats.multitest import multipletests
 
 from pipeline import stats
@@ -22,21 +24,18 @@ from pipeline.io import results as res
 from pipeline.comparison import build_report, format_table
 from pipeline.comparison.ties import choose_metrics
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", OMP_NUM_THREADS="1")
     return env
 
 
-def sweep(tmp_path: Path, *overrides: str, store: str | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def sweep(tmp_path: Path, *overrides: str, store: str | None = None):
+    """``python -m pipeline -m OVERRIDES`` in this process: its result and its folder."""
     folder = tmp_path / "sweep"
     track = [f"tracking.uri={store}"] if store else ["tracking=none"]
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *overrides, f"paths.root={tmp_path / 'out'}",
-                           *track, f"hydra.sweep.dir={folder}"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600, env=_env())
+    proc = run_pipeline_command("-m", *overrides, f"paths.root={tmp_path / 'out'}", *track,
+                                f"hydra.sweep.dir={folder}", env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, folder
 
@@ -165,11 +164,27 @@ def test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follow
 
 
 @pytest.mark.slow
-def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path):
-    proc, folder = sweep(tmp_path, "dataset=sample_long", "chunker=tokens", "chunker.size=64,128", "budget=256,512",
-                         "objective=context_recall_budget_512")
+def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path, store):
+    """Also test_chunking.py's sweep over chunk size and budget (one sweep for both): each
+    budget is a step of the run's budget/* curves in MLflow, and a column of the summary."""
+    proc, folder = sweep(tmp_path, "dataset=sample_long", "chunker=tokens", "chunker.size=64,256", "budget=256,512",
+                         "budgets=[256,512]", "objective=context_recall_budget_512", store=store)
     jobs = {res.read_record(r)["run_name"]: r for r in res.find_results([folder])}
     assert len(jobs) == 4
+    from mlflow import MlflowClient  # (test_chunking.py's checks)
+
+    client = MlflowClient(tracking_uri=store)
+    runs = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+            if r.data.tags.get("sweep_parent") != "true"]
+    assert len(runs) == 4
+    for r in runs:  # one step per budget, step = B tokens, the value of <name>_budget_<B>
+        history = client.get_metric_history(r.info.run_id, "budget/context_recall")
+        assert sorted(m.step for m in history) == [256, 512]
+        for m in history:
+            assert m.value == pytest.approx(r.data.metrics[f"context_recall_budget_{m.step}"])
+    assert {r.data.params["chunker.size"] for r in runs} == {"64", "256"}
+    assert {"context_recall_budget_256", "context_recall_budget_512"} <= set(
+        pd.read_csv(folder / "summary" / "sweep_table.csv").columns)
     for results in jobs.values():  # the per-query column's mean is the logged metric, its CI around it
         metrics = res.read_record(results)["metrics"]
         table = pd.read_csv(results / "per_query.csv")
@@ -187,10 +202,8 @@ def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path):
     assert (folder / "summary" / "budget_curve.png").stat().st_size > 10_000
     # compare --metric on two jobs of different chunk sizes: the means are the jobs' own
     a, b = sorted(jobs.values())[0], sorted(jobs.values())[-1]
-    out = subprocess.run([sys.executable, "-m", "pipeline.compare", str(a.parent), str(b.parent), "--metric",
-                          "context_recall_budget_512", "--json", "--out", str(tmp_path / "cmp"),
-                          "--n-resamples", "500", "--n-permutations", "500"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300, env=_env())
+    out = run_command("compare", str(a.parent), str(b.parent), "--metric", "context_recall_budget_512", "--json",
+                      "--out", str(tmp_path / "cmp"), "--n-resamples", "500", "--n-permutations", "500", env=_env())
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     means = [s["mean"] for s in report["comparisons"][0]["systems"]]
