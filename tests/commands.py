@@ -143,6 +143,7 @@ def run_pipeline_command(*args: str | os.PathLike[str], cwd: str | os.PathLike[s
     out, err = io.StringIO(), io.StringIO()
     with _process_state("__main__", argv, cwd, env, None), _fresh_mlflow(), _fresh_pipeline_state():
         GlobalHydra.instance().clear()
+        _process_warnings()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
                 status = _status(lambda: app.entry(argv))
@@ -151,6 +152,21 @@ def run_pipeline_command(*args: str | os.PathLike[str], cwd: str | os.PathLike[s
         finally:
             GlobalHydra.instance().clear()
     return Result(status, out.getvalue(), err.getvalue())
+
+
+def _process_warnings() -> None:
+    """Python's warnings as a new interpreter shows them: its default filters (deprecations
+    shown for ``__main__`` only) and each warning written to ``sys.stderr``, not recorded by
+    pytest (``_process_state`` puts the filters and ``showwarning`` back)."""
+    warnings.resetwarnings()
+    for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module=r"__main__\Z")
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
 
 
 def _status(entry: Any) -> int:
