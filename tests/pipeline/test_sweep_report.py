@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -38,12 +39,21 @@ def _runs(store: str):
     return client, parents, jobs
 
 
-@pytest.mark.slow
-def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, store):
-    sweep = tmp_path / "sweep"
-    proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={tmp_path / 'out'}", f"tracking.uri={store}",
+@pytest.fixture(scope="module")
+def k1_sweep(tmp_path_factory, migrated_store):
+    """One tracked sweep of BM25's k1 and k (4 jobs) for the module: its result, folder and store."""
+    root = tmp_path_factory.mktemp("k1_sweep")
+    shutil.copy(migrated_store, root / "mlflow.db")
+    store, sweep = f"sqlite:///{root / 'mlflow.db'}", root / "sweep"
+    proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={root / 'out'}", f"tracking.uri={store}",
                f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, sweep, store
+
+
+@pytest.mark.slow
+def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(k1_sweep):
+    proc, sweep, store = k1_sweep
     client, (parent,), jobs = _runs(store)
     assert len(jobs) == 4
 
@@ -95,6 +105,32 @@ def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, st
     assert f"MLflow parent run {parent.info.run_id} (sweep k1=0.1,1.2 k=5,10, FINISHED)" in proc.stdout
     assert f"best: {row['run_name']} (" in proc.stdout
     assert f"open it: mlflow ui --backend-store-uri {store}   then http://127.0.0.1:5000/#/experiments/" in proc.stdout
+
+
+@pytest.mark.slow
+def test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison(k1_sweep):
+    """(Moved from test_sweep_ties.py, which swept k1 x reorder for it: k, like reorder, leaves
+    ndcg_at_10's ranking as it is, so the module's k1 x k sweep is two pairs of identical rankings.)"""
+    proc, folder, _ = k1_sweep
+    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
+    assert len(report["distinct"]["ndcg_at_10"]) == 2 and report["n_comparisons"] == 1
+    assert report["blind"]["ndcg_at_10"] == ["k"]
+    assert "ndcg_at_10: 2 distinct results among 4 jobs; it cannot see k" in proc.stdout
+    (c,) = report["comparisons"]
+    for v in c["vs_baseline"]:  # Holm over one comparison leaves every p as it is
+        assert v["p_adjusted"] == pytest.approx(v["p"], abs=1e-15)
+    distinct = [v for v in c["vs_baseline"] if v["same_as"] is None]
+    assert len(distinct) == 1
+    # the randomization test's p, independently: scipy's sign-flip permutation test
+    values = {}
+    for results in res.find_results([folder]):
+        table = pd.read_csv(results / "per_query.csv", dtype={"query_id": str})
+        table = table[table["evaluated"]].sort_values("query_id")
+        values[res.read_record(results)["run_name"]] = table["ndcg_at_10"].to_numpy(np.float64)
+    d = values[distinct[0]["system"].split(" [")[0]] - values[c["baseline"].split(" [")[0]]
+    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
+                                     rng=np.random.default_rng(1)).pvalue
+    assert distinct[0]["p"]["fisher"] == pytest.approx(p, abs=0.02)
 
 
 @pytest.mark.slow

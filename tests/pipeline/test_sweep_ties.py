@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.stats
 from commands import run_command, run_pipeline_command
 from statsmodels.stats.multitest import multipletests
 
@@ -131,36 +130,8 @@ def test_the_budget_families_are_the_ones_the_chunker_stage_computes():
         metric_key("recall_budget_512")
 
 
-@pytest.mark.slow
-def test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follows_the_test(tmp_path, store):
-    proc, folder = sweep(tmp_path, "reorder=none,attention_optimal", "k=3,5", "objective=context_utility_at_10",
-                         store=store)
-    values = _per_query(folder, "context_utility_at_10")
-    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
-    groups = report["distinct"]["context_utility_at_10"]
-    # context_utility_at_10 places the top 10 whatever k is: k cannot change it, the placement does
-    assert sorted(map(sorted, groups)) == [["attn_opt k3 bm25", "attn_opt k5 bm25"], ["none k3 bm25", "none k5 bm25"]]
-    assert report["blind"]["context_utility_at_10"] == ["k"] and report["n_comparisons"] == 1
-    parent = _parent(store)
-    best = parent.data.tags["best_run_name"]
-    assert values[best].mean() == pytest.approx(max(v.mean() for v in values.values()), abs=1e-12)
-    assert "best.k" not in parent.data.tags  # the objective cannot tell k=3 from k=5
-    assert parent.data.tags["best.reorder"] in ("none", "attention_optimal")
-    assert "context_utility_at_10: 2 distinct results among 4 jobs; it cannot see k" in proc.stdout
-    # The tie set: an independent sign-flip permutation test (scipy) of the other distinct result
-    # against the best, Holm over one comparison.
-    twin = next(g for g in groups if best in g)
-    other = next(g for g in groups if best not in g)
-    d = values[other[0]] - values[best]
-    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
-                                     rng=np.random.default_rng(1)).pvalue
-    own = stats.randomization_test(d[None, :], n_permutations=10_000, seed=0)[0]
-    assert own == pytest.approx(p, abs=0.02)
-    assert abs(p - 0.05) > 0.02, "too near alpha for a Monte Carlo check"
-    tied = set(report["tied_with_best"]["context_utility_at_10"])
-    assert tied == set(twin) | (set(other) if p > 0.05 else set())
-    table = pd.read_csv(folder / "summary" / "sweep_table.csv")
-    assert set(table.loc[table["tied_with_best"], "run_name"]) == tied
+# test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follows_the_test is in
+# tests/pipeline/test_app_sweeps.py, on the tracked sweep its tracked-and-untracked test compares.
 
 
 @pytest.mark.slow
@@ -211,21 +182,5 @@ def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path, store):
                                   abs=1e-12)
 
 
-@pytest.mark.slow
-def test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison(tmp_path):
-    proc, folder = sweep(tmp_path, "retriever.k1=0.3,1.2", "reorder=none,lost_in_the_middle")
-    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
-    assert len(report["distinct"]["ndcg_at_10"]) == 2 and report["n_comparisons"] == 1
-    assert report["blind"]["ndcg_at_10"] == ["reorder"]
-    assert "ndcg_at_10: 2 distinct results among 4 jobs; it cannot see reorder" in proc.stdout
-    (c,) = report["comparisons"]
-    for v in c["vs_baseline"]:  # Holm over one comparison leaves every p as it is
-        assert v["p_adjusted"] == pytest.approx(v["p"], abs=1e-15)
-    distinct = [v for v in c["vs_baseline"] if v["same_as"] is None]
-    assert len(distinct) == 1
-    # the randomization test's p, independently: scipy's sign-flip permutation test
-    values = _per_query(folder, "ndcg_at_10")
-    d = values[distinct[0]["system"].split(" [")[0]] - values[c["baseline"].split(" [")[0]]
-    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
-                                     rng=np.random.default_rng(1)).pvalue
-    assert distinct[0]["p"]["fisher"] == pytest.approx(p, abs=0.02)
+# test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison is in
+# tests/pipeline/test_sweep_report.py, on that module's k1 x k sweep.
