@@ -134,7 +134,9 @@ def run_pipeline_command(*args: str | os.PathLike[str], cwd: str | os.PathLike[s
     """``python -m pipeline ARGS`` (one job, or a sweep with ``-m``) in this process: its status,
     stdout and stderr. ``SystemExit`` is the status (Hydra's errors, a sweep with a failed job,
     a bad command line), an exception that escapes is a traceback and 1, as the interpreter
-    would print it. ``cwd``/``env``: as for :func:`run_command`."""
+    would print it (under a tracer such as coverage, or a debugger, Hydra re-raises an error it
+    would print briefly: the full traceback, the same status 1). ``cwd``/``env``: as for
+    :func:`run_command`."""
     from hydra.core.global_hydra import GlobalHydra
 
     import pipeline.__main__ as app
