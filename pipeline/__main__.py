@@ -1,10 +1,16 @@
-"""``python -m pipeline [overrides]``: compose the config with Hydra and run one experiment."""
+"""``python -m pipeline [overrides]``: compose the config with Hydra and run one experiment.
+
+:func:`entry` is the whole command (console set-up, ``-v``, the command-line checks, Hydra,
+Ctrl-C/SIGTERM and a stopped sweep): the module's main block calls it, and so does the tests'
+in-process runner (``tests/commands.py``, ``run_pipeline_command``), so both take one path.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -17,7 +23,12 @@ from pipeline.job import run_job
 from pipeline.sweep import on_interrupt, on_sweep_error
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+#: The config folder, absolute: the same search path whether this module runs as ``__main__``
+#: (``python -m pipeline``, where Hydra resolves ``../conf`` against this file) or is imported.
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="config")
 def main(cfg: DictConfig) -> float:
     return run_job(cfg)
 
@@ -43,15 +54,23 @@ def check_extras(argv: list[str]) -> None:
         import_ray("hydra/launcher=ray")
 
 
-if __name__ == "__main__":
+def entry(argv: list[str]) -> int:
+    """``python -m pipeline ARGV``: the exit status (0, or 130/143 after Ctrl-C/SIGTERM);
+    ``SystemExit`` for the other ends (a bad command line, Hydra's errors, a failed sweep job).
+    Hydra reads the command line from ``sys.argv``: ``argv`` replaces ``sys.argv[1:]``."""
     console.setup()  # before torch/transformers: no progress bars or colour where no terminal
-    sys.argv[1:] = console.verbose_argv(sys.argv[1:])  # -v: verbose=true (Hydra owns the command line)
+    sys.argv[1:] = console.verbose_argv(list(argv))  # -v: verbose=true (Hydra owns the command line)
     check_command_line(sys.argv[1:])
     try:
         main()
     except (KeyboardInterrupt, Interrupted) as stop:  # one line and 130/143, no traceback
-        sys.exit(on_interrupt(getattr(stop, "signum", signal.SIGINT)))
+        return on_interrupt(getattr(stop, "signum", signal.SIGINT))
     except SystemExit as stop:  # Hydra reported an error that stopped a sweep before its end
         if stop.code not in (0, None):
             on_sweep_error()  # (nothing when no sweep of this process is running)
         raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(entry(sys.argv[1:]))

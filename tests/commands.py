@@ -22,6 +22,17 @@ a connection opened before.
 check them): for tests that check a job's outputs or its InputError, not a process;
 ``run_job_command(*overrides)`` gives its status and output as ``python -m pipeline`` would.
 
+``run_pipeline_command(*args)`` is ``python -m pipeline ARGS`` in this process, sweeps (``-m``)
+included: it calls ``pipeline.__main__.entry`` (the module's main block calls it too: one code
+path for the console set-up, ``-v``, the command-line checks, Hydra, Ctrl-C and a stopped
+sweep) and returns the status and the two streams as the process would give them. Hydra's
+global state is cleared before and after, as are the pipeline's per-process sweep state (the
+active sweep, its progress, the brief console's warnings already shown), and what a sweep
+sets up goes away with the rest: Hydra's logging config (its console handlers on the captured
+streams, the job's ``pipeline.log`` file handler) is closed and the root logger put back, and
+the sweep's SIGINT/SIGTERM handlers are restored. It is for checks of the pipeline's
+behaviour; launchers that start processes (joblib, submitit) run there as they would.
+
 Checks that need a real process (the exit status of ``python -m pipeline``, signals, a closed
 pipe, what the interpreter prints before ``main`` runs) keep ``subprocess``: they are named
 as process-level checks where they are.
@@ -116,6 +127,85 @@ def run_job_command(*overrides: str, figures: bool = False) -> Result:
                     traceback.print_exc(file=sys.stderr)
                     status = 1
     return Result(status, out.getvalue(), err.getvalue())
+
+
+def run_pipeline_command(*args: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None,
+                         env: Mapping[str, str] | None = None) -> Result:
+    """``python -m pipeline ARGS`` (one job, or a sweep with ``-m``) in this process: its status,
+    stdout and stderr. ``SystemExit`` is the status (Hydra's errors, a sweep with a failed job,
+    a bad command line), an exception that escapes is a traceback and 1, as the interpreter
+    would print it (under a tracer such as coverage, or a debugger, Hydra re-raises an error it
+    would print briefly: the full traceback, the same status 1). ``cwd``/``env``: as for
+    :func:`run_command`."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import pipeline.__main__ as app
+
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with _process_state("__main__", argv, cwd, env, None), _fresh_mlflow(), _fresh_pipeline_state():
+        GlobalHydra.instance().clear()
+        _process_warnings()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
+                status = _status(lambda: app.entry(argv))
+                for stream in (sys.stdout, sys.stderr):
+                    stream.flush()
+        finally:
+            GlobalHydra.instance().clear()
+    return Result(status, out.getvalue(), err.getvalue())
+
+
+def _process_warnings() -> None:
+    """Python's warnings as a new interpreter shows them: its default filters (deprecations
+    shown for ``__main__`` only) and each warning written to ``sys.stderr``, not recorded by
+    pytest (``_process_state`` puts the filters and ``showwarning`` back)."""
+    warnings.resetwarnings()
+    for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module=r"__main__\Z")
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
+def _status(entry: Any) -> int:
+    """``entry()``'s status as the process's: its return value or ``SystemExit``'s code; an
+    uncaught exception's traceback on stderr and 1."""
+    try:
+        code = entry()
+    except SystemExit as stop:
+        code = stop.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except Exception:  # noqa: BLE001 - the traceback a process would print, and status 1
+        traceback.print_exc(file=sys.stderr)
+        code = 1
+    return 0 if code is None else int(code)
+
+
+@contextlib.contextmanager
+def _fresh_pipeline_state() -> Iterator[None]:
+    """The pipeline's per-process state of a sweep as a new process has it during the block
+    (no active sweep, no progress, the console not brief, no warning shown yet), and as it was
+    afterwards."""
+    from pipeline import console
+    from pipeline.sweep import callback
+
+    state = [console._BRIEF, console._SHOWN, callback._ACTIVE, callback._PROGRESS]
+    saved = [dict(console._BRIEF), set(console._SHOWN), dict(callback._ACTIVE), dict(callback._PROGRESS)]
+    console._BRIEF["on"] = False
+    for held in state[1:]:
+        held.clear()
+    try:
+        yield
+    finally:
+        for held, value in zip(state, saved):
+            held.clear()
+            held.update(value)
 
 
 def _call(name: str, args: list[str]) -> int:

@@ -8,7 +8,7 @@ scored came out as "nDCG -0.036, significant" (gain=linear), "+0.146, significan
 Now: one line naming the setting and the systems, exit status 2; ``--allow-mixed`` compares
 and marks the console table and report.md as mixed; a sweep over a scoring setting names no
 overall best. Jobs run on the bundled sample with ``tracking=none`` (a second each), in this
-process (``run_job``, without figures); the sweep runs as a process.
+process (``run_job``, without figures); the sweep runs in this process too (``run_pipeline_command``).
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from commands import job_in_process
+from commands import job_in_process, run_pipeline_command
 
 from pipeline.cli import compare as compare_command
 from pipeline.comparison import build_report, load_systems
@@ -44,10 +42,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m pipeline ARGS``: a process (the sweep)."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+def _run(*args: str):
+    """``python -m pipeline ARGS`` in this process (the sweep; tests/commands.py)."""
+    return run_pipeline_command(*args, env=_env())
 
 
 @pytest.fixture(scope="module")

@@ -1,34 +1,63 @@
 """The experiment app's sweeps: every launcher (basic, joblib, submitit, Optuna) loses no run,
 a failing job does not stop its sweep, a sweep over placements retrieves once, and an untracked
 sweep writes the summary a tracked one writes. (Split from test_app.py so that two workers
-share its minutes.)"""
+share its minutes.)
+
+The sweeps of the basic launcher and of Optuna run in this process (``run_pipeline_command``,
+tests/commands.py: ``python -m pipeline -m ...`` as ``pipeline.__main__.entry``), as what they
+check is the pipeline's behaviour; the tracked-and-untracked test also checks that two sweeps
+in one process leave nothing behind. The launchers that start processes (joblib, submitit) and
+the exit status of a sweep with a failed job (``python -m pipeline -m``, status 2) run as
+processes. The Optuna sweep of ``experiment=tune_bm25`` is tests/pipeline/test_sweep_report.py's.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+import scipy.stats
+from commands import run_pipeline_command
+
+from pipeline import stats
+from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """``python -m pipeline ARGS``: a process (launchers that start processes, exit statuses)."""
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        env={**os.environ, **OFFLINE}, stdin=subprocess.DEVNULL,
     )
+
+
+def _where(tmp_path: Path, store: str) -> list[str]:
+    """Store, artifacts, sweep folder and cache, all in tmp_path."""
+    return [f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}"]
 
 
 def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A multirun whose store, artifacts, sweep folder and cache all live in tmp_path."""
-    return cli(
-        "-m", *args, f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'artifacts'}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
-    )
+    """A multirun as a process whose store, artifacts, sweep folder and cache all live in tmp_path."""
+    return cli("-m", *args, *_where(tmp_path, store))
+
+
+def sweep_here(tmp_path: Path, store: str, *args: str):
+    """The same multirun in this process (tests/commands.py)."""
+    return run_pipeline_command("-m", *args, *_where(tmp_path, store), env={**os.environ, **OFFLINE})
 
 
 # --------------------------------------------------------------- sweeps
@@ -45,36 +74,38 @@ def _sweep_runs(store: str):
     return client, parents, jobs
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # joblib's workers are processes: the sweep is one too
 def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
+    """Parallel jobs logging to a store none of them created (the sweep creates it first).
+    bm25 at two k1 values and two k (4 jobs on 2 workers): no worker loads a neural encoder."""
     store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
-    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever=bm25,dense", "k=3,5,10")
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever.k1=0.9,1.2", "k=3,5")
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, parents, jobs = _sweep_runs(store)
-    assert len(parents) == 1 and len(jobs) == 6
+    assert len(parents) == 1 and len(jobs) == 4
     assert {r.info.status for r in jobs} == {"FINISHED"}
     assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
     assert {r.data.tags["sweep_id"] for r in jobs} == {parents[0].data.tags["sweep_id"]}
     assert sorted(r.info.run_name for r in jobs) == sorted(
-        f"{ret} k{k}" for ret in ("bm25", "dense") for k in (3, 5, 10)  # the swept keys, in order
+        f"k1={k1} k{k} bm25" for k1 in ("0.9", "1.2") for k in (3, 5)  # the swept keys, in order
     )
     summary = {a.path for a in client.list_artifacts(parents[0].info.run_id, "summary")}
     assert {"summary/sweep_table.csv", "summary/sweep_summary.png"} <= summary
     assert parents[0].info.status in ("RUNNING", "FINISHED")
     assert client.get_run(parents[0].info.run_id).info.status == "FINISHED"
     table = (tmp_path / "sweep" / "summary" / "sweep_table.csv").read_text().splitlines()
-    assert len(table) == 7  # header + 6 jobs
+    assert len(table) == 5  # header + 4 jobs
 
 
 @pytest.mark.slow
 def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
     from mlflow import MlflowClient
 
-    proc = sweep_cli(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=3,5,10")
+    proc = sweep_here(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=5,10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, parents, jobs = _sweep_runs(store)
-    assert len(jobs) == 12 and len(parents) == 1
-    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 11 + ["miss"]
+    assert len(jobs) == 8 and len(parents) == 1
+    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 7 + ["miss"]
     assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
     # A sweep's jobs draw no PNGs (issue 35, docs/results.md): their curves are the runs' curve/*
     # metrics, step = K, exactly those of metrics.json; draw_job_figures draws the PNGs later.
@@ -111,20 +142,7 @@ def test_submitit_local_launcher(tmp_path, store):
     assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["k3 bm25", "k5 bm25"]
 
 
-@pytest.mark.slow
-def test_optuna_experiment_tunes_bm25(tmp_path, store):
-    proc = sweep_cli(tmp_path, store, "experiment=tune_bm25", "hydra.sweeper.n_trials=3")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, parents, jobs = _sweep_runs(store)
-    assert len(jobs) == 3 and len(parents) == 1
-    k1s = {r.data.params["retriever.k1"] for r in jobs}
-    assert len(k1s) == 3 and "1.2" not in k1s  # the sampler chose them
-    best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
-    optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
-    assert f"{best}"[:8] in optimization
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # the process-level check: `python -m pipeline -m` exits 2
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
     proc = sweep_cli(tmp_path, store, "k=0,5")
     assert proc.returncode == 2
@@ -138,19 +156,85 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
 
 
 
+def _process_globals() -> dict[str, object]:
+    """What an in-process sweep could leave changed in this process (the environment less
+    pytest's own PYTEST_CURRENT_TEST, which names the test phase)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from pipeline import console
+    from pipeline.sweep import callback
+
+    root = logging.getLogger()
+    files = [h.baseFilename for lg in [root, *logging.root.manager.loggerDict.values()]
+             for h in getattr(lg, "handlers", []) if isinstance(h, logging.FileHandler)]
+    return {"root handlers": list(root.handlers), "root level": root.level, "file handlers": files,
+            "env": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}, "cwd": os.getcwd(), "argv": list(sys.argv),
+            "signals": {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
+            "warnings": (list(warnings.filters), warnings.showwarning),
+            "hydra": GlobalHydra.instance().is_initialized(), "active sweep": dict(callback._ACTIVE),
+            "progress": dict(callback._PROGRESS), "brief": dict(console._BRIEF), "shown": set(console._SHOWN)}
+
+
+CU_SWEEP = ["reorder=none,attention_optimal", "k=3,5", "objective=context_utility_at_10"]
+
+
+@pytest.fixture(scope="module")
+def cu_sweep(tmp_path_factory, migrated_store):
+    """The module's tracked sweep (placement x k, objective context utility), in this process:
+    its result, folder, store, and what the process held before it (``_process_globals``)."""
+    root = tmp_path_factory.mktemp("cu_sweep")
+    shutil.copy(migrated_store, root / "mlflow.db")
+    store = f"sqlite:///{root / 'mlflow.db'}"
+    before = _process_globals()
+    proc = run_pipeline_command(
+        "-m", *CU_SWEEP, f"tracking.uri={store}", f"tracking.artifact_root={root / 'artifacts'}",
+        f"hydra.sweep.dir={root / 'tracked'}", f"cache_dir={root / 'cache'}", env={**os.environ, **OFFLINE})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _process_globals() == before
+    return proc, root / "tracked", store, before
+
+
+def _per_query(folder: Path, metric: str):
+    """Each job's per-query values of ``metric`` (evaluated queries), by run name."""
+    out = {}
+    for results in res.find_results([folder]):
+        table = pd.read_csv(results / "per_query.csv", dtype={"query_id": str})
+        table = table[table["evaluated"]].sort_values("query_id")
+        out[res.read_record(results)["run_name"]] = table[metric].to_numpy(np.float64)
+    return out
+
+
+def _parent(store: str):
+    _, parents, _ = _sweep_runs(store)
+    (parent,) = parents
+    return parent
+
+
 @pytest.mark.slow
-def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, store):
+def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, cu_sweep):
     """The sweep's end runs in the launching process, tracked or not: the same table, report
-    and figure (run ids and timings aside), and the same best job printed."""
+    and figure (run ids and timings aside), and the same best job printed. The two sweeps (the
+    module's tracked one, then an untracked one) run back to back in this process
+    (tests/commands.py): each is complete (its jobs' lines, its warning, its summary: nothing
+    the first printed is held back from the second), and neither leaves a handler, a log file,
+    an environment variable, a signal handler, a warnings filter or Hydra's or the sweep's
+    state behind."""
     import csv
 
+    tracked, tracked_dir, _, before = cu_sweep
+    untracked = run_pipeline_command(
+        "-m", *CU_SWEEP, "tracking=none", f"hydra.sweep.dir={tmp_path / 'untracked'}",
+        f"cache_dir={tmp_path / 'cache'}", env={**os.environ, **OFFLINE})
+    assert untracked.returncode == 0, untracked.stderr[-3000:]
+    assert _process_globals() == before
     outputs = {}
-    for name, tracking in (("tracked", [f"tracking.uri={store}"]), ("untracked", ["tracking=none"])):
-        proc = cli("-m", "k=3,5", "reorder=none,lost_in_the_middle", "objective=context_utility_at_10", *tracking,
-                   f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.sweep.dir={tmp_path / name}",
-                   f"cache_dir={tmp_path / 'cache'}")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        summary = tmp_path / name / "summary"
+    for name, proc, folder in (("tracked", tracked, tracked_dir), ("untracked", untracked, tmp_path / "untracked")):
+        assert proc.stdout.startswith("[") and "Launching 4 jobs locally" in proc.stdout  # Hydra's logging
+        assert len([line for line in proc.stdout.splitlines() if line.startswith("#")]) == 4, proc.stdout
+        assert sum("warning: judged_at_k < 0.9 in 4 of 4 jobs" in line for line in proc.stdout.splitlines()) == 1
+        assert all("[pipeline.job][INFO] - retrieve:" in (folder / str(n) / "pipeline.log").read_text()
+                   for n in range(4))
+        summary = folder / "summary"
         with (summary / "sweep_table.csv").open() as fh:
             rows = [{k: v for k, v in row.items() if k not in ("run_id", "time_total_s", "overrides")}
                     for row in csv.DictReader(fh)]
@@ -160,3 +244,36 @@ def test_an_untracked_sweep_writes_the_summary_a_tracked_one_writes(tmp_path, st
                          sorted(p.name for p in summary.glob("*.png")))
     assert outputs["tracked"] == outputs["untracked"]
     assert len(outputs["tracked"][0]) == 4 and outputs["tracked"][4] == ["pareto.png", "sweep_summary.png"]
+
+
+@pytest.mark.slow
+def test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follows_the_test(cu_sweep):
+    """(From test_sweep_ties.py, on this module's tracked sweep.) Exact ties are ties: the jobs
+    with identical per-query values are one result, and the tie set follows the test."""
+    proc, folder, store, _ = cu_sweep
+    values = _per_query(folder, "context_utility_at_10")
+    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
+    groups = report["distinct"]["context_utility_at_10"]
+    # context_utility_at_10 places the top 10 whatever k is: k cannot change it, the placement does
+    assert sorted(map(sorted, groups)) == [["attn_opt k3 bm25", "attn_opt k5 bm25"], ["none k3 bm25", "none k5 bm25"]]
+    assert report["blind"]["context_utility_at_10"] == ["k"] and report["n_comparisons"] == 1
+    parent = _parent(store)
+    best = parent.data.tags["best_run_name"]
+    assert values[best].mean() == pytest.approx(max(v.mean() for v in values.values()), abs=1e-12)
+    assert "best.k" not in parent.data.tags  # the objective cannot tell k=3 from k=5
+    assert parent.data.tags["best.reorder"] in ("none", "attention_optimal")
+    assert "context_utility_at_10: 2 distinct results among 4 jobs; it cannot see k" in proc.stdout
+    # The tie set: an independent sign-flip permutation test (scipy) of the other distinct result
+    # against the best, Holm over one comparison.
+    twin = next(g for g in groups if best in g)
+    other = next(g for g in groups if best not in g)
+    d = values[other[0]] - values[best]
+    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
+                                     rng=np.random.default_rng(1)).pvalue
+    own = stats.randomization_test(d[None, :], n_permutations=10_000, seed=0)[0]
+    assert own == pytest.approx(p, abs=0.02)
+    assert abs(p - 0.05) > 0.02, "too near alpha for a Monte Carlo check"
+    tied = set(report["tied_with_best"]["context_utility_at_10"])
+    assert tied == set(twin) | (set(other) if p > 0.05 else set())
+    table = pd.read_csv(folder / "summary" / "sweep_table.csv")
+    assert set(table.loc[table["tied_with_best"], "run_name"]) == tied

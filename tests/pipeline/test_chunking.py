@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -286,35 +284,9 @@ def test_bad_chunker_settings_are_one_line_errors():
         chunkers.TokenChunker(tokenizer="/nonexistent")
 
 
-@pytest.mark.slow
-def test_sweep_over_chunk_size_and_budget_is_logged_and_summarized(tmp_path, store):
-    import csv
-    import os
-
-    from mlflow import MlflowClient
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "-m", "dataset=sample_long", "chunker=tokens", "chunker.size=64,256",
-         "budget=256,1024", "budgets=[256,1024]", f"tracking.uri={store}", f"tracking.artifact_root={tmp_path / 'a'}",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    client = MlflowClient(tracking_uri=store)
-    runs = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
-            if r.data.tags.get("sweep_parent") != "true"]
-    assert len(runs) == 4
-    for r in runs:  # one step per budget, step = B tokens, the value of <name>_budget_<B>
-        history = client.get_metric_history(r.info.run_id, "budget/context_recall")
-        assert sorted(m.step for m in history) == [256, 1024]
-        for m in history:
-            assert m.value == pytest.approx(r.data.metrics[f"context_recall_budget_{m.step}"])
-    # the chunk ranking is cached per chunk size: budgets reuse it
-    sizes = {r.data.params["chunker.size"] for r in runs}
-    assert sizes == {"64", "256"}
-    with open(tmp_path / "sweep" / "summary" / "sweep_table.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert len(rows) == 4 and {"context_recall_budget_256", "context_recall_budget_1024"} <= set(rows[0])
+# The sweep over chunk size and budget (budget/* curves in MLflow, one column per budget in the
+# summary) is tests/pipeline/test_sweep_ties.py's test_a_budget_metric_is_an_objective_and_a_compare_metric:
+# one sweep for both.
 
 
 def test_context_objective_needs_chunks_and_budgets_must_be_positive():

@@ -4,8 +4,7 @@ directly on the jobs' per_query.csv, TREC run files against ``pipeline.score``, 
 
 Three BM25 jobs on the bundled sample (``retriever.k1=0.3``, ``retriever.b=0.2``, ``k=5``) are
 made once per module with ``python -m pipeline tracking=none``, in this process (``run_job``,
-without figures); the commands run in this process too (tests/commands.py). The sweep runs as
-a process (``python -m pipeline -m``).
+without figures); the commands and the sweep run in this process too (tests/commands.py).
 """
 
 from __future__ import annotations
@@ -14,15 +13,13 @@ import json
 import re
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
-from commands import job_in_process, run_command
+from commands import job_in_process, run_command, run_pipeline_command
 
 from pipeline.cli import compare as compare_command
 from pipeline import comparison as compare
@@ -40,10 +37,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m pipeline ARGS``: a process (the sweep)."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+def _run(*args: str):
+    """``python -m pipeline ARGS`` in this process (the sweep; tests/commands.py)."""
+    return run_pipeline_command(*args, env=_env())
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import run_command
+from commands import run_command, run_pipeline_command
 
 from pipeline import console
 from pipeline.errors import InputError
@@ -34,6 +34,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _pipeline(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m pipeline ARGS``: a process (the unknown model's check times the whole process)."""
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env or _env(),
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
 
@@ -54,7 +55,7 @@ def test_the_app_help_lists_groups_options_launchers_sweepers_and_examples():
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    done = _pipeline("--help", timeout=120)
+    done = run_pipeline_command("--help", env=_env())  # in this process (tests/commands.py)
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.startswith("python -m pipeline") and "powered by Hydra" not in text
@@ -280,8 +281,8 @@ def test_an_optuna_sweep_with_a_failing_trial_is_quiet_and_logged(tmp_path):
     """Trial 0 samples k1 < 0 (refused by BM25), trial 1 a valid k1 (seed 0): no ANSI codes,
     no alembic chatter when the sweep creates the store, one line for the failed trial, no
     traceback, the failed job's log holds its error and the sweep exits 2."""
-    done = _pipeline("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=2", "retriever.k1=interval(-1.2,0.8)",
-                     f"paths.root={tmp_path}", timeout=400)
+    done = run_pipeline_command("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=2",  # in this process
+                                "retriever.k1=interval(-1.2,0.8)", f"paths.root={tmp_path}", env=_env())
     both = done.stdout + done.stderr
     assert done.returncode == 2, both[-3000:]
     assert not ANSI.search(both) and "\r" not in both

@@ -9,7 +9,10 @@ in its ``pipeline.log``; the judged-coverage warning is printed once for the swe
 (or ``verbose=true``) brings back every job's full block.
 
 The dense retriever encodes the sample's 171 documents once per cache folder: the module
-shares one cache folder between its sweeps.
+shares one cache folder between its sweeps. The sweeps run in this process
+(``run_pipeline_command``, tests/commands.py: ``python -m pipeline -m ...`` with its two
+streams captured as pipes would be, Python's warnings included); what the process itself
+prints is tests/pipeline/test_app_sweeps.py's (a sweep's exit status) and tests/test_processes.py's.
 """
 
 from __future__ import annotations
@@ -17,11 +20,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commands import run_pipeline_command
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = ["retriever=bm25,dense,hybrid", "reorder=none,lost_in_the_middle", "k=3,5,10"]
@@ -42,13 +44,10 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("sweep_output_cache")
 
 
-def _sweep(root: Path, cache: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """``python -m pipeline -m ARGS`` with stdout and stderr as pipes (not a terminal), and
-    every line it printed, both streams together."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "-m", *args, f"paths.root={root}", f"cache_dir={cache}"],
-        cwd=REPO, env=_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
-    )
+def _sweep(root: Path, cache: Path, *args: str):
+    """``python -m pipeline -m ARGS`` in this process with stdout and stderr captured (not a
+    terminal), and every line it printed, both streams together."""
+    proc = run_pipeline_command("-m", *args, f"paths.root={root}", f"cache_dir={cache}", env=_env())
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc, proc.stdout.splitlines() + proc.stderr.splitlines()
 

@@ -1,28 +1,32 @@
-"""Sweeps say which configuration wins, with its uncertainty; one override moves every output."""
+"""Sweeps say which configuration wins, with its uncertainty; one override moves every output.
+
+The sweeps and the job run in this process (``run_pipeline_command``, tests/commands.py: the
+job from another working folder, which must stay empty).
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from commands import run_pipeline_command
 
 from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def cli(*args: str):
+    """``python -m pipeline ARGS`` in this process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true")
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=env)
+    return run_pipeline_command(*args, env=env)
 
 
 def _runs(store: str):
@@ -35,12 +39,21 @@ def _runs(store: str):
     return client, parents, jobs
 
 
-@pytest.mark.slow
-def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, store):
-    sweep = tmp_path / "sweep"
-    proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={tmp_path / 'out'}", f"tracking.uri={store}",
+@pytest.fixture(scope="module")
+def k1_sweep(tmp_path_factory, migrated_store):
+    """One tracked sweep of BM25's k1 and k (4 jobs) for the module: its result, folder and store."""
+    root = tmp_path_factory.mktemp("k1_sweep")
+    shutil.copy(migrated_store, root / "mlflow.db")
+    store, sweep = f"sqlite:///{root / 'mlflow.db'}", root / "sweep"
+    proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={root / 'out'}", f"tracking.uri={store}",
                f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, sweep, store
+
+
+@pytest.mark.slow
+def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(k1_sweep):
+    proc, sweep, store = k1_sweep
     client, (parent,), jobs = _runs(store)
     assert len(jobs) == 4
 
@@ -95,11 +108,46 @@ def test_sweep_parent_holds_the_report_the_tie_set_and_the_best_job(tmp_path, st
 
 
 @pytest.mark.slow
+def test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison(k1_sweep):
+    """(Moved from test_sweep_ties.py, which swept k1 x reorder for it: k, like reorder, leaves
+    ndcg_at_10's ranking as it is, so the module's k1 x k sweep is two pairs of identical rankings.)"""
+    proc, folder, _ = k1_sweep
+    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
+    assert len(report["distinct"]["ndcg_at_10"]) == 2 and report["n_comparisons"] == 1
+    assert report["blind"]["ndcg_at_10"] == ["k"]
+    assert "ndcg_at_10: 2 distinct results among 4 jobs; it cannot see k" in proc.stdout
+    (c,) = report["comparisons"]
+    for v in c["vs_baseline"]:  # Holm over one comparison leaves every p as it is
+        assert v["p_adjusted"] == pytest.approx(v["p"], abs=1e-15)
+    distinct = [v for v in c["vs_baseline"] if v["same_as"] is None]
+    assert len(distinct) == 1
+    # the randomization test's p, independently: scipy's sign-flip permutation test
+    values = {}
+    for results in res.find_results([folder]):
+        table = pd.read_csv(results / "per_query.csv", dtype={"query_id": str})
+        table = table[table["evaluated"]].sort_values("query_id")
+        values[res.read_record(results)["run_name"]] = table["ndcg_at_10"].to_numpy(np.float64)
+    d = values[distinct[0]["system"].split(" [")[0]] - values[c["baseline"].split(" [")[0]]
+    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
+                                     rng=np.random.default_rng(1)).pvalue
+    assert distinct[0]["p"]["fisher"] == pytest.approx(p, abs=0.02)
+
+
+@pytest.mark.slow
 def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_best(tmp_path, store):
+    """experiment=tune_bm25 with 3 trials: the sampler's trials, none lost (this was also
+    test_app_sweeps.py's Optuna test: one sweep for both)."""
     proc = cli("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"paths.root={tmp_path / 'out'}",
                f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    client, (parent,), jobs = _runs(store)
+    client, parents, jobs = _runs(store)
+    assert len(jobs) == 3 and len(parents) == 1
+    (parent,) = parents
+    k1s = {r.data.params["retriever.k1"] for r in jobs}
+    assert len(k1s) == 3 and "1.2" not in k1s  # the sampler chose them
+    best = max(r.data.metrics["ndcg_at_10"] for r in jobs)
+    optimization = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
+    assert f"{best}"[:8] in optimization  # Optuna's own result file names the best trial's value
     names = [r.info.run_name for r in jobs]
     assert len(set(names)) == 3 and all(n.startswith("k1=") and " b=" in n for n in names)  # sampled values first
     for r in jobs:
@@ -115,10 +163,7 @@ def test_one_override_moves_every_output(tmp_path):
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     root = tmp_path / "root"
-    env_root = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "pipeline", f"paths.root={root}", "tracking=none"], cwd=cwd,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": env_root, "HF_HUB_OFFLINE": "1"})
+    proc = run_pipeline_command(f"paths.root={root}", "tracking=none", cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(cwd.iterdir()) == []  # nothing in the working directory
     (folder,) = res.find_results([root / "runs"])

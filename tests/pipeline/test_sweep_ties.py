@@ -1,20 +1,21 @@
 """Exact ties are ties (issue 25): jobs with identical per-query values are one result, counted
 once in the correction family; a sweep whose objective is identical for every job names no best;
 any per-query metric of a job (job-relative ``*_at_k``, budget metrics) can be the objective or
-a ``compare --metric``."""
+a ``compare --metric``.
+
+The sweeps and ``compare`` run in this process (``run_pipeline_command``, ``run_command``:
+tests/commands.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.stats
+from commands import run_command, run_pipeline_command
 from statsmodels.stats.multitest import multipletests
 
 from pipeline import stats
@@ -22,21 +23,18 @@ from pipeline.io import results as res
 from pipeline.comparison import build_report, format_table
 from pipeline.comparison.ties import choose_metrics
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", OMP_NUM_THREADS="1")
     return env
 
 
-def sweep(tmp_path: Path, *overrides: str, store: str | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def sweep(tmp_path: Path, *overrides: str, store: str | None = None):
+    """``python -m pipeline -m OVERRIDES`` in this process: its result and its folder."""
     folder = tmp_path / "sweep"
     track = [f"tracking.uri={store}"] if store else ["tracking=none"]
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *overrides, f"paths.root={tmp_path / 'out'}",
-                           *track, f"hydra.sweep.dir={folder}"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600, env=_env())
+    proc = run_pipeline_command("-m", *overrides, f"paths.root={tmp_path / 'out'}", *track,
+                                f"hydra.sweep.dir={folder}", env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, folder
 
@@ -132,44 +130,32 @@ def test_the_budget_families_are_the_ones_the_chunker_stage_computes():
         metric_key("recall_budget_512")
 
 
-@pytest.mark.slow
-def test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follows_the_test(tmp_path, store):
-    proc, folder = sweep(tmp_path, "reorder=none,attention_optimal", "k=3,5", "objective=context_utility_at_10",
-                         store=store)
-    values = _per_query(folder, "context_utility_at_10")
-    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
-    groups = report["distinct"]["context_utility_at_10"]
-    # context_utility_at_10 places the top 10 whatever k is: k cannot change it, the placement does
-    assert sorted(map(sorted, groups)) == [["attn_opt k3 bm25", "attn_opt k5 bm25"], ["none k3 bm25", "none k5 bm25"]]
-    assert report["blind"]["context_utility_at_10"] == ["k"] and report["n_comparisons"] == 1
-    parent = _parent(store)
-    best = parent.data.tags["best_run_name"]
-    assert values[best].mean() == pytest.approx(max(v.mean() for v in values.values()), abs=1e-12)
-    assert "best.k" not in parent.data.tags  # the objective cannot tell k=3 from k=5
-    assert parent.data.tags["best.reorder"] in ("none", "attention_optimal")
-    assert "context_utility_at_10: 2 distinct results among 4 jobs; it cannot see k" in proc.stdout
-    # The tie set: an independent sign-flip permutation test (scipy) of the other distinct result
-    # against the best, Holm over one comparison.
-    twin = next(g for g in groups if best in g)
-    other = next(g for g in groups if best not in g)
-    d = values[other[0]] - values[best]
-    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
-                                     rng=np.random.default_rng(1)).pvalue
-    own = stats.randomization_test(d[None, :], n_permutations=10_000, seed=0)[0]
-    assert own == pytest.approx(p, abs=0.02)
-    assert abs(p - 0.05) > 0.02, "too near alpha for a Monte Carlo check"
-    tied = set(report["tied_with_best"]["context_utility_at_10"])
-    assert tied == set(twin) | (set(other) if p > 0.05 else set())
-    table = pd.read_csv(folder / "summary" / "sweep_table.csv")
-    assert set(table.loc[table["tied_with_best"], "run_name"]) == tied
+# test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follows_the_test is in
+# tests/pipeline/test_app_sweeps.py, on the tracked sweep its tracked-and-untracked test compares.
 
 
 @pytest.mark.slow
-def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path):
-    proc, folder = sweep(tmp_path, "dataset=sample_long", "chunker=tokens", "chunker.size=64,128", "budget=256,512",
-                         "objective=context_recall_budget_512")
+def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path, store):
+    """Also test_chunking.py's sweep over chunk size and budget (one sweep for both): each
+    budget is a step of the run's budget/* curves in MLflow, and a column of the summary."""
+    proc, folder = sweep(tmp_path, "dataset=sample_long", "chunker=tokens", "chunker.size=64,256", "budget=256,512",
+                         "budgets=[256,512]", "objective=context_recall_budget_512", store=store)
     jobs = {res.read_record(r)["run_name"]: r for r in res.find_results([folder])}
     assert len(jobs) == 4
+    from mlflow import MlflowClient  # (test_chunking.py's checks)
+
+    client = MlflowClient(tracking_uri=store)
+    runs = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+            if r.data.tags.get("sweep_parent") != "true"]
+    assert len(runs) == 4
+    for r in runs:  # one step per budget, step = B tokens, the value of <name>_budget_<B>
+        history = client.get_metric_history(r.info.run_id, "budget/context_recall")
+        assert sorted(m.step for m in history) == [256, 512]
+        for m in history:
+            assert m.value == pytest.approx(r.data.metrics[f"context_recall_budget_{m.step}"])
+    assert {r.data.params["chunker.size"] for r in runs} == {"64", "256"}
+    assert {"context_recall_budget_256", "context_recall_budget_512"} <= set(
+        pd.read_csv(folder / "summary" / "sweep_table.csv").columns)
     for results in jobs.values():  # the per-query column's mean is the logged metric, its CI around it
         metrics = res.read_record(results)["metrics"]
         table = pd.read_csv(results / "per_query.csv")
@@ -187,10 +173,8 @@ def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path):
     assert (folder / "summary" / "budget_curve.png").stat().st_size > 10_000
     # compare --metric on two jobs of different chunk sizes: the means are the jobs' own
     a, b = sorted(jobs.values())[0], sorted(jobs.values())[-1]
-    out = subprocess.run([sys.executable, "-m", "pipeline.compare", str(a.parent), str(b.parent), "--metric",
-                          "context_recall_budget_512", "--json", "--out", str(tmp_path / "cmp"),
-                          "--n-resamples", "500", "--n-permutations", "500"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300, env=_env())
+    out = run_command("compare", str(a.parent), str(b.parent), "--metric", "context_recall_budget_512", "--json",
+                      "--out", str(tmp_path / "cmp"), "--n-resamples", "500", "--n-permutations", "500", env=_env())
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     means = [s["mean"] for s in report["comparisons"][0]["systems"]]
@@ -198,21 +182,5 @@ def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path):
                                   abs=1e-12)
 
 
-@pytest.mark.slow
-def test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison(tmp_path):
-    proc, folder = sweep(tmp_path, "retriever.k1=0.3,1.2", "reorder=none,lost_in_the_middle")
-    report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
-    assert len(report["distinct"]["ndcg_at_10"]) == 2 and report["n_comparisons"] == 1
-    assert report["blind"]["ndcg_at_10"] == ["reorder"]
-    assert "ndcg_at_10: 2 distinct results among 4 jobs; it cannot see reorder" in proc.stdout
-    (c,) = report["comparisons"]
-    for v in c["vs_baseline"]:  # Holm over one comparison leaves every p as it is
-        assert v["p_adjusted"] == pytest.approx(v["p"], abs=1e-15)
-    distinct = [v for v in c["vs_baseline"] if v["same_as"] is None]
-    assert len(distinct) == 1
-    # the randomization test's p, independently: scipy's sign-flip permutation test
-    values = _per_query(folder, "ndcg_at_10")
-    d = values[distinct[0]["system"].split(" [")[0]] - values[c["baseline"].split(" [")[0]]
-    p = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20_000,
-                                     rng=np.random.default_rng(1)).pvalue
-    assert distinct[0]["p"]["fisher"] == pytest.approx(p, abs=0.02)
+# test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison is in
+# tests/pipeline/test_sweep_report.py, on that module's k1 x k sweep.
