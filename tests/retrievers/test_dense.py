@@ -422,20 +422,15 @@ def _job_overrides(root, data) -> list[str]:
             "retriever.max_seq_length=128", f"+retriever.encode.shard_size={SLICE_SHARD}"]
 
 
-def job(root, data, wait_for_shards: int | None = None) -> tuple[str, str]:
-    """``python -m pipeline retriever=dense`` on ``data`` with MiniLM, a process (stdout,
-    stderr); with ``wait_for_shards``: SIGKILLed as soon as that many shards of its text cache
-    are written."""
+def killed_job(root, data, wait_for_shards: int) -> None:
+    """``python -m pipeline retriever=dense`` on ``data`` with MiniLM, a process, SIGKILLed as
+    soon as ``wait_for_shards`` shards of its text cache are written."""
     import signal
     import time
 
     command = [sys.executable, "-m", "pipeline", *_job_overrides(root, data)]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    if wait_for_shards is None:
-        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout, done.stderr
     proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
@@ -444,18 +439,17 @@ def job(root, data, wait_for_shards: int | None = None) -> tuple[str, str]:
             time.sleep(0.02)
         assert proc.poll() is None, "the job ended before it could be killed: the test tests nothing"
         proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)
+        proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    return out, err
 
 
 def job_here(root, data) -> str:
-    """The same job never interrupted, in this process (tests/commands.py) with one numeric
-    thread as the processes have (``OMP_NUM_THREADS=1``): its output."""
+    """The same job in this process (tests/commands.py), with one numeric thread as the killed
+    process had (``OMP_NUM_THREADS=1``): what it printed and logged."""
     import torch
     from commands import run_job_command
 
@@ -471,21 +465,21 @@ def job_here(root, data) -> str:
 
 @pytest.mark.slow
 def test_a_job_killed_mid_encoding_resumes_from_its_shards_with_identical_embeddings_and_ndcg(tmp_path):
-    # SIGKILL (a real process, a real signal) half way through encoding a slice of the sample
-    # (48 documents, shards of 8): the rerun (a process) reuses every complete shard, encodes
-    # only the rest, and ends exactly where a job that was never killed (in this process) ends:
-    # the same per-corpus cache entries (key and bytes) and nDCG.
+    # SIGKILL (a real signal to a real `python -m pipeline` process) half way through encoding a
+    # slice of the sample (48 documents, shards of 8): the rerun reuses every complete shard the
+    # killed process wrote, encodes only the rest, and ends exactly where a job that was never
+    # killed ends: the same per-corpus cache entries (key and bytes) and nDCG. The rerun and the
+    # reference read and write the cache as any job does: they run in this process.
     data = sample_slice(tmp_path / "slice")
     killed, whole = tmp_path / "killed", tmp_path / "whole"
-    job(killed, data, wait_for_shards=SLICE_DOCS // SLICE_SHARD // 2)
+    killed_job(killed, data, wait_for_shards=SLICE_DOCS // SLICE_SHARD // 2)
     kept = sum(json.loads(p.read_text())["n"] for p in shard_files(killed / "cache"))
     assert SLICE_DOCS // 2 <= kept < SLICE_DOCS and not list((killed / "cache").glob("arrays/*.json"))
-    out, err = job(killed, data)
-    said = out + err  # (the job's log lines go to stdout)
+    said = job_here(killed, data)  # (the job's log lines go to stdout)
     assert f"{kept} of {SLICE_DOCS} docs texts reused from the text cache" in said, said[-3000:]
     assert f"encoding the other {SLICE_DOCS - kept}" in said
     reference = job_here(whole, data)
-    ndcg = [line for line in out.splitlines() if line.strip().startswith("ndcg_at_10")]
+    ndcg = [line for line in said.splitlines() if line.strip().startswith("ndcg_at_10")]
     assert ndcg and ndcg == [line for line in reference.splitlines() if line.strip().startswith("ndcg_at_10")]
     entries = {c: sorted(p.name for p in (c / "cache" / "arrays").glob("*.npy")) for c in (killed, whole)}
     assert entries[killed] == entries[whole] and len(entries[killed]) == 2  # documents, queries
