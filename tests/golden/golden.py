@@ -27,6 +27,7 @@ The comparison has two parts (``tests/golden/test_golden.py``):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -36,16 +37,18 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "tests") not in sys.path:  # tests/commands.py (pytest puts it there; record.py does not)
+    sys.path.insert(0, str(REPO / "tests"))
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected"
 INPUTS = HERE / "inputs"
 SAMPLE_QRELS = REPO / "pipeline" / "sample" / "qrels" / "test.tsv"
 RUN_FILE = INPUTS / "sample_run.trec"
 
-#: name -> overrides of one ``python -m pipeline`` job (in this order: later jobs reuse the cache).
+#: name -> overrides of one job (``python -m pipeline``, run in-process; in this order: later jobs reuse the cache).
 JOBS: dict[str, list[str]] = {
     "bm25": [],
     "dense": ["retriever=dense"],
@@ -59,7 +62,7 @@ JOBS: dict[str, list[str]] = {
 }
 #: The 4-job sweep (``-m``).
 SWEEP = ["reorder=none,lost_in_the_middle", "k=3,5", "objective=context_utility_at_10"]
-#: name -> arguments of ``python -m pipeline.score`` (stdout is JSON).
+#: name -> arguments of the ``score`` command (``python -m pipeline.cli score``; stdout is JSON).
 SCORES: dict[str, list[str]] = {
     "score_exp": [str(SAMPLE_QRELS), str(RUN_FILE), "--json"],
     "score_linear_trec_eval": [str(SAMPLE_QRELS), str(RUN_FILE), "--json", "--gain", "linear",
@@ -102,21 +105,61 @@ def _run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     return proc
 
 
+@contextlib.contextmanager
+def _as_a_fresh_process() -> Iterator[None]:
+    """The environment of :func:`env` and one numeric thread (as ``OMP_NUM_THREADS=1`` gives a
+    process) for the in-process jobs and commands; the process's own afterwards. Torch is
+    loaded first (the dense job needs it anyway) so that its thread count can be put back."""
+    import torch
+
+    saved_env, threads = dict(os.environ), torch.get_num_threads()
+    os.environ.clear()
+    os.environ.update(env())
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def _command(name: str, *argv: str) -> str:
+    """``python -m pipeline.cli NAME ARGV`` in this process (tests/commands.py): its stdout."""
+    from commands import run_command
+
+    done = run_command(name, *argv, cwd=REPO)
+    if done.status != 0:
+        raise AssertionError(f"{name} {' '.join(argv)} exited {done.status}:\n{done.stdout[-3000:]}\n"
+                             f"{done.stderr[-3000:]}")
+    return done.stdout
+
+
 def run_all(root: Path) -> None:
-    """Run every golden job, the sweep and the commands under ``root``."""
+    """Run every golden job, the sweep and the commands under ``root``.
+
+    The jobs and the commands run in this process (tests/commands.py: ``job_in_process``,
+    ``run_command``), one after another as the processes ran, so that later jobs reuse the
+    on-disk caches of earlier ones (the ranking cache, the embeddings) as they always did; the
+    in-memory caches a process keeps (a loaded collection, the encoder) hold nothing that the
+    golden outputs record. The sweep stays ``python -m pipeline -m``, a process: the golden's
+    process-level check (and the one run whose figures are drawn)."""
+    from commands import job_in_process
+
     root = Path(root)
     common = [f"paths.root={root / 'outputs'}"]
-    for name, overrides in JOBS.items():
-        _run(["-m", "pipeline", *overrides, *common, f"hydra.run.dir={root / 'jobs' / name}"])
-    _run(["-m", "pipeline", "-m", *SWEEP, *common, f"hydra.sweep.dir={root / 'sweep'}"])
-    for name, args in SCORES.items():
-        (root / f"{name}.json").write_text(_run(["-m", "pipeline.score", *args]).stdout)
-    # --baseline: the full table of tests against the job it was always against (the first), so its
-    # paired statistics stay comparable; without it the reference is the best (issue 32)
-    compare = _run(["-m", "pipeline.compare", str(root / "jobs" / "bm25"), str(root / "jobs" / "dense"),
-                    str(root / "jobs" / "hybrid"), "--json", "--out", str(root / "compare"),
-                    "--baseline", str(root / "jobs" / "bm25")])
-    (root / "compare.json").write_text(compare.stdout)
+    with _as_a_fresh_process():
+        for name, overrides in JOBS.items():
+            job_in_process(*overrides, *common, f"hydra.run.dir={root / 'jobs' / name}")
+        _run(["-m", "pipeline", "-m", *SWEEP, *common, f"hydra.sweep.dir={root / 'sweep'}"])
+        for name, args in SCORES.items():
+            (root / f"{name}.json").write_text(_command("score", *args))
+        # --baseline: the full table of tests against the job it was always against (the first), so its
+        # paired statistics stay comparable; without it the reference is the best (issue 32)
+        compare = _command("compare", str(root / "jobs" / "bm25"), str(root / "jobs" / "dense"),
+                           str(root / "jobs" / "hybrid"), "--json", "--out", str(root / "compare"),
+                           "--baseline", str(root / "jobs" / "bm25"))
+        (root / "compare.json").write_text(compare)
 
 
 # --------------------------------------------------------------------------- normalizing

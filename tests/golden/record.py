@@ -1,5 +1,7 @@
 """Record the golden outputs: ``python tests/golden/record.py`` runs the golden jobs
-(tests/golden/golden.py) in a temporary folder and writes ``tests/golden/expected/``.
+(tests/golden/golden.py: the jobs and commands in this process, the sweep as one
+``python -m pipeline -m``, as the test runs them) in a temporary folder and writes
+``tests/golden/expected/``.
 
 Only when a change of the numbers is intended (and said in its commit): the test compares
 every later change against what this wrote."""
@@ -11,7 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The golden jobs run in this process (golden.run_all): the checkout's ``pipeline``, not an
+# installed one, and tests/commands.py next to it.
+_HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(_HERE), str(_HERE.parents[1] / "tests"), str(_HERE.parents[1])]
 import golden  # noqa: E402
 
 

@@ -15,6 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from commands import run_job_command
 from pipeline.job import run
 from pipeline.metrics import CURVES
 
@@ -66,9 +67,25 @@ def _options() -> list:
     return found
 
 
-def _overrides_for(group: str, option: str, tmp_path: Path) -> list[str] | None:
+#: Where the encoder options keep the sample's embeddings (their ``retriever.cache_dir`` or
+#: ``options.cache_dir``), one folder for the module: MiniLM encodes the sample once, for
+#: dense, and the other encoder options read its embeddings. Each option's rankings stay in its
+#: own ``cache_dir`` (a ranking is computed by every option).
+_EMBEDDINGS = {"dense": "retriever.cache_dir", "hybrid": "retriever.second.cache_dir",
+               "hybrid_convex": "retriever.second.cache_dir", "langchain": "+retriever.options.cache_dir",
+               "llamaindex": "+retriever.options.cache_dir"}
+
+
+@pytest.fixture(scope="module")
+def embeddings(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("embeddings")
+
+
+def _overrides_for(group: str, option: str, tmp_path: Path, embeddings: Path) -> list[str] | None:
     """Overrides that make one option runnable on the sample collection (None: compose only)."""
     base = [f"cache_dir={tmp_path / 'cache'}", "tracking=none", "k=5", "k_max=10"]
+    if group == "retriever" and option in _EMBEDDINGS:
+        base.append(f"{_EMBEDDINGS[option]}={embeddings}")
     if group == "dataset":
         extra = {
             "sample": [],
@@ -84,8 +101,7 @@ def _overrides_for(group: str, option: str, tmp_path: Path) -> list[str] | None:
         run_path.write_text("".join(f"{q} Q0 {d} {r} {10 - r} ext\n" for q, d, r in _sample_run()))
         return [*base, "retriever=run_file", f"retriever.path={run_path}"]
     if group == "retriever" and option in _ADAPTERS:
-        cache = [] if option == "python" else [f"+retriever.options.cache_dir={tmp_path / 'cache'}"]
-        return [*base, f"retriever={option}", *_ADAPTERS[option], *cache]
+        return [*base, f"retriever={option}", *_ADAPTERS[option]]
     if group == "retriever" and option == "chroma":
         return None  # needs a loaded collection: tests/retrievers/test_chroma.py
     if group == "tracking":
@@ -105,11 +121,11 @@ def _sample_run():
 
 
 @pytest.mark.parametrize("group,option", _options())
-def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypatch):
+def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypatch, embeddings):
     monkeypatch.chdir(tmp_path)  # outputs/ of runs without Hydra's job dir land here
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "retrievers"))  # adapters_fixtures (_ADAPTERS)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    overrides = _overrides_for(group, option, tmp_path)
+    overrides = _overrides_for(group, option, tmp_path, embeddings)
     if overrides is None:
         cfg = compose_cfg([f"{group}={option}"] + (["dataset.id=x"] if option == "ir_datasets" else []))
         assert OmegaConf.to_yaml(cfg)  # composes and resolves
@@ -138,7 +154,11 @@ def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_objective_and_bad_settings_fail_at_once(tmp_path):
-    for args, words in [
+    """Each bad setting: exit 2, its one line, no traceback. The job's checks (what the job
+    raises and prints) run in this process (tests/commands.py ``run_job_command``); the first
+    one, Hydra's own errors (an unknown option, a value that does not parse: what Hydra's main
+    prints) and the sweep run as ``python -m pipeline`` processes."""
+    for i, (args, words) in enumerate([
         (["k=0"], "k must be >= 1, got k=0"),
         (["k=10", "k_max=5"], "k_max must be >= k"),
         (["objective=ndcg_at_50"], "needs K=50 within 1..k_max=20"),
@@ -146,8 +166,9 @@ def test_objective_and_bad_settings_fail_at_once(tmp_path):
         (["relevance_level=0"], "relevance_level must be >= 1"),
         (["dataset=beir"], "dataset.path is required"),
         (["dataset=beir", f"dataset.path={tmp_path / 'nowhere'}"], "nowhere"),
-    ]:
-        proc = cli(*args, f"hydra.run.dir={tmp_path / 'run'}", "tracking=none")
+    ]):
+        run_ = cli if i == 0 else run_job_command  # the first as a process: the exit status of `python -m pipeline`
+        proc = run_(*args, f"hydra.run.dir={tmp_path / 'run'}", "tracking=none")
         assert proc.returncode == 2, (args, proc.stderr)
         assert words in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
@@ -169,10 +190,12 @@ def test_objective_and_bad_settings_fail_at_once(tmp_path):
 def test_mlflow_contract(tmp_path, store):
     from mlflow import MlflowClient
 
-    proc = cli(
+    # in this process (tests/commands.py), figures drawn: what reaches the store is the job's
+    # doing, not the process's (test_processes.py and the sweeps start tracked processes)
+    proc = run_job_command(
         "k=5", "reorder=lost_in_the_middle", f"tracking.uri={store}",
         f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.run.dir={tmp_path / 'run'}",
-        f"cache_dir={tmp_path / 'cache'}",
+        f"cache_dir={tmp_path / 'cache'}", figures=True,
     )
     assert proc.returncode == 0, proc.stderr
     client = MlflowClient(tracking_uri=store)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import adapters_fixtures
+from commands import run_job_command
 from pipeline.errors import InputError
 from pipeline.metrics import evaluate
 from retrievers.langchain import LangChainRetriever
@@ -234,9 +235,18 @@ def test_rankings_are_cached_only_under_a_version(caplog):
 
 
 def pipeline_job(tmp_path, *overrides):
+    """``python -m pipeline tracking=none paths.root=TMP OVERRIDES``, a process: its exit status
+    and output as the shell sees them (tests/retrievers on its PYTHONPATH: adapters_fixtures)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "pipeline", "tracking=none", f"paths.root={tmp_path}", *overrides],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+def job_here(tmp_path, *overrides):
+    """The same job in this process (tests/commands.py ``run_job_command``: its status, the
+    one error line and the output ``python -m pipeline`` prints), for what is the job's
+    behaviour, not the process's (adapters_fixtures is importable here: this file imports it)."""
+    return run_job_command("tracking=none", f"paths.root={tmp_path}", *overrides)
 
 
 def test_the_command_line_exits_2_with_one_line(tmp_path):
@@ -253,13 +263,13 @@ def test_a_job_caches_under_a_version_only(tmp_path):
     """The stages.retrieve rule: no version, no cache (one line says so); with one, a hit; and
     a failing query through the command line: one line naming it, exit 2."""
     bm25 = ["retriever=python", "retriever.target=adapters_fixtures:sample_bm25"]
-    plain = pipeline_job(tmp_path, *bm25)
+    plain = job_here(tmp_path, *bm25)
     assert plain.returncode == 0, plain.stderr
     assert "ranking cache miss" in plain.stdout and "not cached: no retriever.version is set" in plain.stdout
     assert "ndcg_at_10               0.5772" in plain.stdout  # README's BM25 number: the same ranking
-    first, second = (pipeline_job(tmp_path, *bm25, "retriever.version=v1") for _ in range(2))
+    first, second = (job_here(tmp_path, *bm25, "retriever.version=v1") for _ in range(2))
     assert "ranking cache miss" in first.stdout and "ranking cache hit" in second.stdout, second.stderr
-    failing = pipeline_job(tmp_path, "retriever=python", "retriever.target=adapters_fixtures:scripted")
+    failing = job_here(tmp_path, "retriever=python", "retriever.target=adapters_fixtures:scripted")
     assert failing.returncode == 2
     last = failing.stderr.strip().splitlines()[-1]
     assert last.startswith("error: retriever=python: query '") and "KeyError" in last, failing.stderr
@@ -272,7 +282,7 @@ def test_a_sleeping_retriever_has_its_sleep_as_p50_and_a_cached_rerun_reports_it
     ranking reports the latency stored with it, marked as from the cache, never 0."""
     sleepy = ["retriever=python", "retriever.target=adapters_fixtures:sleepy_bm25", "retriever.concurrency=1",
               "retriever.version=v1"]
-    first, second = (pipeline_job(tmp_path, *sleepy, f"hydra.run.dir={tmp_path / name}") for name in ("a", "b"))
+    first, second = (job_here(tmp_path, *sleepy, f"hydra.run.dir={tmp_path / name}") for name in ("a", "b"))
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     measured, cached = (json.loads((tmp_path / name / "results" / "metrics.json").read_text())["cost"]
                         for name in ("a", "b"))

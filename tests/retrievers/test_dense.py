@@ -391,52 +391,95 @@ def test_a_damaged_or_partial_shard_is_discarded_and_its_texts_encoded_again(tmp
     np.testing.assert_array_equal(again.doc_embeddings, fresh.doc_embeddings)
 
 
-def job(root, *overrides: str, wait_for_shards: int | None = None) -> tuple[str, str]:
-    """``python -m pipeline retriever=dense`` on the sample with MiniLM (stdout, stderr); with
-    ``wait_for_shards``: SIGKILLed as soon as that many shards of its text cache are written."""
+#: The killed job's collection: a slice of the sample (its first documents, the queries judged
+#: on them), so that half of its encoding comes in a second or two, not ten.
+SLICE_DOCS, SLICE_QUERIES, SLICE_SHARD = 48, 10, 8
+
+
+def sample_slice(folder):
+    """The sample's first :data:`SLICE_DOCS` documents and :data:`SLICE_QUERIES` queries judged on
+    them, as a BEIR folder (``dataset=beir dataset.path=FOLDER``)."""
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[2] / "pipeline" / "sample"
+    docs = (sample / "corpus.jsonl").read_text().splitlines()[:SLICE_DOCS]
+    kept = {json.loads(line)["_id"] for line in docs}
+    qrels = [line.split("\t") for line in (sample / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    judged = {q for q, d, _ in qrels if d in kept}
+    queries = [line for line in (sample / "queries.jsonl").read_text().splitlines()
+               if json.loads(line)["_id"] in judged][:SLICE_QUERIES]
+    asked = {json.loads(line)["_id"] for line in queries}
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("\n".join(docs) + "\n")
+    (folder / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        "\t".join(row) + "\n" for row in qrels if row[0] in asked and row[1] in kept))
+    return folder
+
+
+def _job_overrides(root, data) -> list[str]:
+    return ["retriever=dense", "tracking=none", f"paths.root={root}", "dataset=beir", f"dataset.path={data}",
+            "retriever.max_seq_length=128", f"+retriever.encode.shard_size={SLICE_SHARD}"]
+
+
+def killed_job(root, data, wait_for_shards: int) -> None:
+    """``python -m pipeline retriever=dense`` on ``data`` with MiniLM, a process, SIGKILLed as
+    soon as ``wait_for_shards`` shards of its text cache are written."""
     import signal
     import time
 
-    command = [sys.executable, "-m", "pipeline", "retriever=dense", "tracking=none", f"paths.root={root}",
-               "retriever.max_seq_length=128", "+retriever.encode.shard_size=32", *overrides]
+    command = [sys.executable, "-m", "pipeline", *_job_overrides(root, data)]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    if wait_for_shards is None:
-        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout, done.stderr
     proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
         while len(shard_files(root / "cache")) < wait_for_shards and proc.poll() is None:
             assert time.monotonic() < deadline, "no shard written in 5 minutes"
-            time.sleep(0.05)
+            time.sleep(0.02)
         assert proc.poll() is None, "the job ended before it could be killed: the test tests nothing"
         proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)
+        proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    return out, err
+
+
+def job_here(root, data) -> str:
+    """The same job in this process (tests/commands.py), with one numeric thread as the killed
+    process had (``OMP_NUM_THREADS=1``): what it printed and logged."""
+    import torch
+    from commands import run_job_command
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        done = run_job_command(*_job_overrides(root, data))
+    finally:
+        torch.set_num_threads(threads)
+    assert done.status == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
 
 
 @pytest.mark.slow
 def test_a_job_killed_mid_encoding_resumes_from_its_shards_with_identical_embeddings_and_ndcg(tmp_path):
-    # SIGKILL half way through encoding the sample's 171 documents (shards of 32): the rerun
-    # reuses every complete shard, encodes only the rest, and ends exactly where a job that
-    # was never killed ends: the same per-corpus cache entries (key and bytes) and nDCG.
+    # SIGKILL (a real signal to a real `python -m pipeline` process) half way through encoding a
+    # slice of the sample (48 documents, shards of 8): the rerun reuses every complete shard the
+    # killed process wrote, encodes only the rest, and ends exactly where a job that was never
+    # killed ends: the same per-corpus cache entries (key and bytes) and nDCG. The rerun and the
+    # reference read and write the cache as any job does: they run in this process.
+    data = sample_slice(tmp_path / "slice")
     killed, whole = tmp_path / "killed", tmp_path / "whole"
-    job(killed, wait_for_shards=3)
+    killed_job(killed, data, wait_for_shards=SLICE_DOCS // SLICE_SHARD // 2)
     kept = sum(json.loads(p.read_text())["n"] for p in shard_files(killed / "cache"))
-    assert 96 <= kept < 171 and not list((killed / "cache").glob("arrays/*.json"))
-    out, err = job(killed)
-    said = out + err  # (the job's log lines go to stdout)
-    assert f"{kept} of 171 docs texts reused from the text cache" in said, said[-3000:]
-    assert f"encoding the other {171 - kept}" in said
-    reference, _ = job(whole)
-    ndcg = [line for line in out.splitlines() if line.strip().startswith("ndcg_at_10")]
+    assert SLICE_DOCS // 2 <= kept < SLICE_DOCS and not list((killed / "cache").glob("arrays/*.json"))
+    said = job_here(killed, data)  # (the job's log lines go to stdout)
+    assert f"{kept} of {SLICE_DOCS} docs texts reused from the text cache" in said, said[-3000:]
+    assert f"encoding the other {SLICE_DOCS - kept}" in said
+    reference = job_here(whole, data)
+    ndcg = [line for line in said.splitlines() if line.strip().startswith("ndcg_at_10")]
     assert ndcg and ndcg == [line for line in reference.splitlines() if line.strip().startswith("ndcg_at_10")]
     entries = {c: sorted(p.name for p in (c / "cache" / "arrays").glob("*.npy")) for c in (killed, whole)}
     assert entries[killed] == entries[whole] and len(entries[killed]) == 2  # documents, queries
