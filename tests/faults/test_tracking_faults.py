@@ -9,8 +9,8 @@
   half-migrated store; a folder where the store should be fails in seconds with one line.
 
 The sweeps, the signals, ``kill -9`` and the first sync after it are real processes; the full
-disk is a process forked from this one (the limit holds for a whole process; fork spares the
-imports); the job and the second sync that check only the code's answer run in this process
+disk is a child forked from this one (tests/faults/forked.py: the limit holds for a whole
+process; a fork spares the imports); the job and the second sync that check only the code's answer run in this process
 (tests/commands.py). The migrated stores are copies of the session's (tests/faults/conftest.py).
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from commands import run_command, run_job_command
+from forked import forked
 
 from pipeline.io import results as res
 from pipeline import tracking
@@ -176,37 +177,6 @@ def test_two_sweeps_started_together_on_a_fresh_store_both_land(tmp_path):
     assert not list((tmp_path / "fresh").glob(".*creating*"))
 
 
-def _forked(task) -> tuple[int, str]:
-    """Run ``task()`` (which returns an exit status and a text) in a child forked from this
-    process: what it changes for a whole process (an rlimit, a signal's handler) ends with it.
-    Its status and text; a traceback as the text and status 1 when it raised."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(read)
-        code, text = 1, ""
-        try:
-            code, text = task()
-        except BaseException:  # noqa: BLE001 - reported to the parent
-            import traceback
-
-            text = traceback.format_exc()
-        finally:
-            os.write(write, text.encode()[:60000])
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        text = pipe.read().decode(errors="replace")
-    deadline = time.monotonic() + TIMEOUT_S
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            done = os.waitpid(pid, 0)
-            break
-        time.sleep(0.01)
-    return os.waitstatus_to_exitcode(done[1]), text
-
-
 def _create_on_a_full_disk(uri: str):
     """ensure_store with files limited to 64 KiB: writes past the limit fail with EFBIG, as on a
     full disk (SIGXFSZ ignored); exit status 3 and the error's first line when it fails."""
@@ -217,8 +187,9 @@ def _create_on_a_full_disk(uri: str):
     try:
         tracking.ensure_store(tracking.StoreSettings(uri))
     except tracking.TrackingError as err:
-        return 3, str(err).splitlines()[0]
-    return 0, "made"
+        print(str(err).splitlines()[0])
+        return 3
+    return 0
 
 
 @pytest.mark.slow
@@ -226,9 +197,9 @@ def test_a_full_disk_during_store_creation_leaves_no_half_made_store(tmp_path):
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - imported before the limit (it may write caches)
 
     db = tmp_path / "store" / "mlflow.db"
-    code, text = _forked(lambda: _create_on_a_full_disk(f"sqlite:///{db}"))
-    assert code == 3, text[-3000:]
-    assert text.startswith(f"cannot create the MLflow store {db}")
+    proc = forked(lambda: _create_on_a_full_disk(f"sqlite:///{db}"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"cannot create the MLflow store {db}")
     assert not db.exists() and not list(db.parent.glob(".mlflow.db.*"))
     # With room again, the same store is made and works.
     tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
