@@ -23,7 +23,7 @@ from pipeline import tracking
 from pipeline.io import results as res
 
 # The job, sync and Hydra's folder check run in this process (tests/commands.py); the full disk
-# in a child forked from it (tests/faults/forked.py: RLIMIT_FSIZE holds for a whole process).
+# in a child forked from it (tests/forked.py: RLIMIT_FSIZE holds for a whole process).
 
 
 @pytest.fixture(scope="module")

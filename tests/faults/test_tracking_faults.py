@@ -9,7 +9,7 @@
   half-migrated store; a folder where the store should be fails in seconds with one line.
 
 The sweeps, the signals, ``kill -9`` and the first sync after it are real processes; the full
-disk is a child forked from this one (tests/faults/forked.py: the limit holds for a whole
+disk is a child forked from this one (tests/forked.py: the limit holds for a whole
 process; a fork spares the imports); the job and the second sync that check only the code's answer run in this process
 (tests/commands.py). The migrated stores are copies of the session's (tests/faults/conftest.py).
 """

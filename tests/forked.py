@@ -25,33 +25,46 @@ from commands import Result
 TIMEOUT_S = 300
 
 
+class Forked:
+    """A child forked to run ``task()``; ``wait()`` gives its status and output."""
+
+    def __init__(self, task: Callable[[], int | None]) -> None:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            os.close(out_r)
+            os.close(err_r)
+            _child(task, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        self.pid = pid
+        self._fds = (out_r, err_r)
+        self._chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+        self._readers = [threading.Thread(target=_drain, args=(fd, self._chunks[fd]), daemon=True)
+                         for fd in self._fds]
+        for reader in self._readers:
+            reader.start()
+
+    def wait(self, timeout: float = TIMEOUT_S) -> Result:
+        """Its status (-9 when killed after ``timeout``), stdout and stderr."""
+        deadline = time.monotonic() + timeout
+        while (done := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                done = os.waitpid(self.pid, 0)
+                break
+            time.sleep(0.01)
+        for reader in self._readers:
+            reader.join(timeout=30)
+        out, err = (b"".join(self._chunks[fd]).decode(errors="replace") for fd in self._fds)
+        return Result(os.waitstatus_to_exitcode(done[1]), out, err)
+
+
 def forked(task: Callable[[], int | None], timeout: float = TIMEOUT_S) -> Result:
     """``task()`` in a forked child: its exit status (what it returns, ``SystemExit``'s code,
     or 1 and a traceback on stderr when it raised) and what it printed."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(out_r)
-        os.close(err_r)
-        _child(task, out_w, err_w)
-    os.close(out_w)
-    os.close(err_w)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    readers = [threading.Thread(target=_drain, args=(fd, chunks[fd]), daemon=True) for fd in chunks]
-    for reader in readers:
-        reader.start()
-    deadline = time.monotonic() + timeout
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            done = os.waitpid(pid, 0)
-            break
-        time.sleep(0.01)
-    for reader in readers:
-        reader.join(timeout=30)
-    text = {fd: b"".join(parts).decode(errors="replace") for fd, parts in chunks.items()}
-    return Result(os.waitstatus_to_exitcode(done[1]), text[out_r], text[err_r])
+    return Forked(task).wait(timeout)
 
 
 def _drain(fd: int, into: list[bytes]) -> None:
