@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Callable, Mapping
 
 from commands import Result
 
@@ -46,19 +46,63 @@ class Forked:
         for reader in self._readers:
             reader.start()
 
+        self._status: int | None = None
+
+    def poll(self) -> int | None:
+        """Its exit status once it has ended (then reaped), None while it runs."""
+        if self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._status = os.waitstatus_to_exitcode(status)
+        return self._status
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
     def wait(self, timeout: float = TIMEOUT_S) -> Result:
         """Its status (-9 when killed after ``timeout``), stdout and stderr."""
         deadline = time.monotonic() + timeout
-        while (done := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+        while self.poll() is None:
             if time.monotonic() > deadline:
                 os.kill(self.pid, signal.SIGKILL)
-                done = os.waitpid(self.pid, 0)
+                self._status = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
                 break
             time.sleep(0.01)
         for reader in self._readers:
             reader.join(timeout=30)
         out, err = (b"".join(self._chunks[fd]).decode(errors="replace") for fd in self._fds)
-        return Result(os.waitstatus_to_exitcode(done[1]), out, err)
+        return Result(self._status, out, err)
+
+
+def pipeline_child(*args: str, env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                   prepare: Callable[[], None] | None = None) -> Forked:
+    """``python -m pipeline ARGS`` in a child forked from this process, started: ``runpy`` runs
+    ``pipeline/__main__.py`` there as the interpreter would (its console set-up, its handlers of
+    SIGINT and SIGTERM, Hydra's own exit), with ``env`` as its environment and ``cwd`` as its
+    folder; ``prepare()`` runs first, in the child (a patch for that process only). For checks on
+    what a sweep does when it is stopped or killed (a real process, real
+    signals); what a new interpreter prints before ``main`` needs ``subprocess``."""
+    import pipeline.__main__  # noqa: F401 - its imports done before the fork
+
+    def task() -> int | None:
+        import runpy
+
+        from hydra.core.global_hydra import GlobalHydra
+
+        GlobalHydra.instance().clear()
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        if prepare is not None:
+            prepare()
+        sys.argv = ["pipeline", *args]
+        runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+        return 0
+
+    return Forked(task)
 
 
 def forked(task: Callable[[], int | None], timeout: float = TIMEOUT_S) -> Result:

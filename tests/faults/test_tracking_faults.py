@@ -8,9 +8,12 @@
 - A store that cannot be made (a full disk, simulated with RLIMIT_FSIZE) leaves no
   half-migrated store; a folder where the store should be fails in seconds with one line.
 
-The sweeps, the signals, ``kill -9`` and the first sync after it are real processes; the full
-disk is a child forked from this one (tests/forked.py: the limit holds for a whole
-process; a fork spares the imports); the job and the second sync that check only the code's answer run in this process
+The sweeps are real processes: the two stopped by SIGINT and SIGTERM are ``python -m pipeline``
+(new interpreters: their exit status and line), the others children forked from this one that
+run ``pipeline/__main__.py`` (tests/forked.py: a real process that ``kill -9`` stops, a store
+that two processes race to create, Hydra's exit; a fork spares the imports). The first sync
+after ``kill -9`` is ``python -m pipeline.sync``. The full disk is a forked child too (the
+limit holds for a whole process); the job and the second sync that check only the code's answer run in this process
 (tests/commands.py). The migrated stores are copies of the session's (tests/faults/conftest.py).
 """
 
@@ -20,13 +23,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from commands import run_command, run_job_command
-from forked import forked
+from forked import Forked, forked, pipeline_child
 
 from pipeline.io import results as res
 from pipeline import tracking
@@ -41,18 +43,29 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _sweep_args(tmp_path: Path, name: str, store: str, *args: str) -> list[str]:
+    return ["-m", *args, f"paths.root={tmp_path / name}", f"tracking.uri={store}",
+            f"hydra.sweep.dir={tmp_path / name / 'sweep'}"]
+
+
 def _sweep(tmp_path: Path, name: str, store: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "-m", *args, f"paths.root={tmp_path / name}", f"tracking.uri={store}",
-         f"hydra.sweep.dir={tmp_path / name / 'sweep'}"],
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    """``python -m pipeline -m ARGS``: a new interpreter."""
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *_sweep_args(tmp_path, name, store, *args)],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_records(sweep: Path, proc: subprocess.Popen, n: int) -> None:
+def _sweep_child(tmp_path: Path, name: str, store: str, *args: str, prepare=None) -> Forked:
+    """The same sweep in a child forked from this process (tests/forked.py): a real process
+    that a signal or SIGKILL stops, without a new interpreter's imports."""
+    return pipeline_child(*_sweep_args(tmp_path, name, store, *args), env=_env(), cwd=ROOT, prepare=prepare)
+
+
+def _wait_for_records(sweep: Path, proc: subprocess.Popen | Forked, n: int) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while len(list(sweep.glob("*/results/record.json"))) < n:
-        assert proc.poll() is None, f"the sweep ended before {n} jobs finished: {proc.stderr.read()[-2000:]}"
+        if proc.poll() is not None:
+            err = proc.stderr.read() if isinstance(proc, subprocess.Popen) else proc.wait().stderr
+            raise AssertionError(f"the sweep ended before {n} jobs finished: {err[-2000:]}")
         assert time.monotonic() < deadline, "timed out waiting for the sweep's jobs"
         time.sleep(0.02)
 
@@ -99,17 +112,14 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, store, 
     assert 2 <= n < 24 and f"{n} finished job(s) logged to MLflow" in line
 
 
-#: ``python -m pipeline`` whose launcher fails on one job of the sweep after others ran (here a
-#: composition error at launch, with Hydra's up-front validation of the batch turned off).
-_UNCOMPOSABLE = textwrap.dedent(
-    """
-    import runpy, sys
+def _uncomposable() -> None:
+    """The launcher fails on one job of the sweep after others ran (here a composition error at
+    launch, with Hydra's up-front validation of the batch turned off): patched in the child."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.errors import ConfigCompositionException
     from hydra.plugins.sweeper import Sweeper
 
     Sweeper.validate_batch_is_legal = lambda self, batch: None
-
     original = ConfigLoaderImpl.load_sweep_config
 
     def load_sweep_config(self, master, overrides):
@@ -118,23 +128,14 @@ _UNCOMPOSABLE = textwrap.dedent(
         return original(self, master, overrides)
 
     ConfigLoaderImpl.load_sweep_config = load_sweep_config
-    sys.argv = ["pipeline", *sys.argv[1:]]
-    runpy.run_module("pipeline", run_name="__main__")
-    """
-)
 
 
 @pytest.mark.slow
 def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_path, store):
     """Hydra reports the error and exits 1; the job that finished before it (the sweep's first
     of two) is in the store and the parent run is closed as FAILED, with one line that says so."""
-    script = tmp_path / "uncomposable.py"
-    script.write_text(_UNCOMPOSABLE)
     sweep = tmp_path / "s" / "sweep"
-    proc = subprocess.run(
-        [sys.executable, str(script), "-m", "reorder=none,reverse", f"paths.root={tmp_path / 's'}",
-         f"tracking.uri={store}", f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, env={**_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = _sweep_child(tmp_path, "s", store, "reorder=none,reverse", prepare=_uncomposable).wait()
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "reorder=reverse cannot be composed" in proc.stderr and "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("the sweep stopped")]
@@ -145,11 +146,11 @@ def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_p
 
 @pytest.mark.slow
 def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path, store):
-    proc = _sweep(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
+    proc = _sweep_child(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
     sweep = tmp_path / "s" / "sweep"
     _wait_for_records(sweep, proc, 2)
-    proc.kill()
-    proc.communicate(timeout=TIMEOUT_S)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait().returncode == -signal.SIGKILL
     done = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep)], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -164,10 +165,10 @@ def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path, s
 def test_two_sweeps_started_together_on_a_fresh_store_both_land(tmp_path):
     store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
     # one job each: the race is the store's creation, at the sweeps' start
-    procs = [_sweep(tmp_path, name, store, k) for name, k in (("a", "k=3"), ("b", "k=5"))]
+    procs = [_sweep_child(tmp_path, name, store, k) for name, k in (("a", "k=3"), ("b", "k=5"))]
     for proc in procs:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-        assert proc.returncode == 0, err[-3000:]
+        done = proc.wait()
+        assert done.returncode == 0, done.stderr[-3000:]
     parents, jobs = _runs(store)
     assert len(parents) == 2 and len(jobs) == 2 and {r.info.status for r in jobs} == {"FINISHED"}
     later = run_job_command("k=7", f"paths.root={tmp_path / 'c'}", f"tracking.uri={store}",
