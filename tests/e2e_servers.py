@@ -6,7 +6,7 @@ at the end of the session, with its whole process group. Every server binds 127.
 port. The servers:
 
 - ``mlflow_server``: ``mlflow server`` on a sqlite store with proxied artifacts;
-- ``stopped_mlflow_server``: one that really ran and was stopped (its URI refuses connections);
+- ``stopped_mlflow_server``: a server that really ran and was stopped (its URI refuses connections);
 - ``postgres``: a throwaway PostgreSQL 15 cluster (Debian's ``postgresql``);
 - ``team_server``: ``mlflow server --app-name basic-auth`` on ``postgres`` (docs/team-server.md),
   users admin, alice and bob;
@@ -303,13 +303,44 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
         server.stop()
 
 
+@dataclass
+class StoppedServer:
+    """Where a server ran: its URI (which now refuses connections) and port."""
+
+    uri: str
+    port: int
+
+
 @pytest.fixture(scope="session")
-def stopped_mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> MlflowServer:
-    """A server that really ran and was then stopped: its URI now refuses connections."""
-    server = start_mlflow_server(tmp_path_factory.mktemp("mlflow_server_stopped"))
-    server.stop()
-    assert not health(server.uri), f"{server.uri} still answers after stop()"
-    return server
+def stopped_mlflow_server() -> StoppedServer:
+    """A server that really ran and was then stopped: its URI now refuses connections. What a
+    client meets there is a refused connection whatever the server was, so it is an HTTP server
+    in this process that answered ``/health`` on a free port and was shut down (an ``mlflow
+    server`` costs seconds to start, for the same refused connection)."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    port = server.server_address[1]
+    uri = f"http://127.0.0.1:{port}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert health(uri), f"{uri} did not answer /health"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert not health(uri), f"{uri} still answers after it was stopped"
+    return StoppedServer(uri=uri, port=port)
 
 
 @pytest.fixture(scope="session")

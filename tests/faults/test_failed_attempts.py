@@ -12,28 +12,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
+import signal
 from pathlib import Path
 
 import pytest
 from commands import job_in_process, run_command, run_job_command
+from forked import forked
 
 from pipeline import tracking
 from pipeline.io import results as res
 
 # The job, sync and Hydra's folder check run in this process (tests/commands.py); the full disk
-# needs a process of its own (RLIMIT_FSIZE).
-
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 300
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
-    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
-    return env
+# in a child forked from it (tests/forked.py: RLIMIT_FSIZE holds for a whole process).
 
 
 @pytest.fixture(scope="module")
@@ -53,35 +43,34 @@ def _all_runs(store: str) -> list:
     return client.search_runs(ids, run_view_type=ViewType.ALL, max_results=1000) if ids else []
 
 
-FULL_DISK = textwrap.dedent(
-    """
-    import os, resource, signal, sys
-    from pathlib import Path
-    from pipeline import tracking
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
-    import mlflow.cli, mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
-    results, store, artifacts = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    settings = tracking.StoreSettings(store, artifact_root=artifacts)
+def _log_on_a_full_disk(results: Path, store: str, artifacts: Path) -> int:
+    """Three attempts to log ``results`` with room for the store and 512 KiB more in any file
+    (RLIMIT_FSIZE; writes past it fail with EFBIG, as on a full disk): the padding file, sorted
+    last, cannot be copied. Prints one line per failed attempt."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    settings = tracking.StoreSettings(store, artifact_root=str(artifacts))
     tracking.ensure_store(settings)
     room = os.path.getsize(store[len("sqlite:///"):]) + 512 * 1024
     (results / "zz_padding.bin").write_bytes(b"x" * (room + 1024 * 1024))  # sorted last: the rest is copied first
     resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))
-    for attempt in range(3):
+    for _ in range(3):
         try:
             tracking.log_results(results, settings)
         except tracking.TrackingError as err:
             print("failed:", str(err).splitlines()[0])
-    """
-)
+    return 0
 
 
-@pytest.mark.slow  # a process that imports MLflow and creates a store
+@pytest.mark.slow  # a child that creates a store
 def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_path):
+    import mlflow.cli  # noqa: F401 - imported before the fork (and the limit): imports may write caches
+
     results = tmp_path / "job" / "results"
     shutil.copytree(job, results)
     store, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlartifacts"
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(results), store, str(artifacts)], cwd=ROOT,
-                          env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = forked(lambda: _log_on_a_full_disk(results, store, artifacts))  # the limit holds for its whole process
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = proc.stdout.splitlines()
     assert len(failures) == 3 and all("File too large" in line for line in failures), proc.stdout

@@ -16,25 +16,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
+import signal
 from pathlib import Path
 
 import pytest
 from commands import run_command, run_job_command
+from forked import forked
 
 from pipeline.io import results as res
 
-ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow  # a tracked job (its store's migrations) for the module, and a full disk in a process
-TIMEOUT_S = 300
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
-    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-    return env
+pytestmark = pytest.mark.slow  # a tracked job (its store's migrations) for the module, and a full disk in a child
 
 
 @pytest.fixture(scope="module")
@@ -140,20 +131,19 @@ def test_a_job_folder_sync_cannot_write_in_is_one_line(tree, tmp_path, sync, mon
     assert "sync: 0 logged" in done.stdout
 
 
-FULL_DISK = textwrap.dedent(
-    """
-    import os, resource, signal, sys
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
-    import mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
+def _sync_on_a_full_disk(job: Path, db: Path) -> int:
+    """``pipeline.sync JOB --tracking-uri sqlite:///DB`` with not a byte more for the store than
+    its migrated size (RLIMIT_FSIZE; writes past it fail with EFBIG, as on a full disk)."""
+    import resource
+
     from pipeline import tracking
     from pipeline.cli.sync import main
-    job, db = sys.argv[1], sys.argv[2]
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
-    room = os.path.getsize(db)  # not a byte more for the store
+    room = os.path.getsize(db)
     resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))
-    sys.exit(main([job, "--tracking-uri", f"sqlite:///{db}"]))
-    """
-)
+    return main([str(job), "--tracking-uri", f"sqlite:///{db}"])
 
 
 def test_a_full_disk_under_the_store_is_one_line_without_mlflows_tracebacks(tree, tmp_path):
@@ -162,8 +152,9 @@ def test_a_full_disk_under_the_store_is_one_line_without_mlflows_tracebacks(tree
     job, db = _job(copy), tmp_path / "full" / "mlflow.db"
     db.parent.mkdir()
     before = {p: p.read_bytes() for p in (job / "results").rglob("*") if p.is_file()}
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(job), str(db)], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    import pipeline.cli.sync  # noqa: F401 - imported before the fork (and the limit)
+
+    proc = forked(lambda: _sync_on_a_full_disk(job, db))  # a child: the limit holds for its whole process
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "SQLAlchemy database error" not in proc.stderr, proc.stderr
     lines = proc.stderr.splitlines()

@@ -2,8 +2,8 @@
 PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it (the
 session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
 
-- Three joblib sweeps of 8 jobs each, started at once by one user: 24 job runs and 3 parent
-  runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
+- Three joblib sweeps of 2 jobs each, started at once by one user (three processes): 6 job
+  runs and 3 parent runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
   parent, its metrics those of its folder.
 - A job without credentials is refused with one clear line, exit status 3 and its results
   on disk; a second user's job with MLFLOW_TRACKING_USERNAME/PASSWORD lands in the shared
@@ -18,6 +18,10 @@ session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
   ``pipeline.sync --tracking-uri`` and ``pipeline.compare --log --tracking-uri`` with the
   password in the URI show it nowhere either (issue 33): not on the console, in report.json
   or the runs. (This was tests/faults/test_secrets.py, on a server of its own.)
+
+The sweeps and the refused job are processes (what they check is three processes at once, a
+process's exit status and console); the accepted job, the job with the password in its URI and
+the syncs run in this process (tests/commands.py), with the environment they would get.
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ import time
 from pathlib import Path
 
 import pytest
+from commands import run_command, run_job_command
 from e2e_servers import quiet_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 SWEEPS = 3
-KS = tuple(range(1, 9))  # 8 jobs per sweep
-SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~100 s on 2 idle cores, ~230 s on 2 busy ones
+KS = (1, 2)  # 2 jobs per sweep: the claim is three sweeps (processes) at once, not their size
+SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~30 s on 2 idle cores
 JOB_TIMEOUT_S = 120
 EXPERIMENT = "sample"  # the default dataset's name
 RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \((?P<name>[^)]*)\) in experiment '(?P<exp>[^']*)' at (?P<uri>\S+)$", re.M)
@@ -58,11 +63,41 @@ def _explain(proc_or_text) -> str:
     return f"exit {p.returncode}\n--- stdout ---\n{p.stdout[-4000:]}\n--- stderr ---\n{p.stderr[-4000:]}"
 
 
-def _job(team, user: str | None, folder: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeline", "tracking=server", f"tracking.uri={team.uri}",
-           "tracking.http_retries=0", f"paths.root={folder}", f"hydra.run.dir={folder / 'run'}", *overrides]
-    return subprocess.run(cmd, cwd=REPO, env=team.env(user), capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=JOB_TIMEOUT_S)
+def _overrides(team, folder: Path, *overrides: str) -> list[str]:
+    return ["tracking=server", f"tracking.uri={team.uri}", "tracking.http_retries=0", f"paths.root={folder}",
+            f"hydra.run.dir={folder / 'run'}", *overrides]
+
+
+def _start_job(team, user: str | None, folder: Path, *overrides: str) -> subprocess.Popen:
+    """``python -m pipeline`` as ``user`` (None: no credentials), started: ``_finish`` waits."""
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *_overrides(team, folder, *overrides)], cwd=REPO,
+                            env=team.env(user), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _as_user(monkeypatch, env: dict[str, str]) -> None:
+    """This process's environment as a job's would be: no MLFLOW_* of the test's, ``env``'s."""
+    for key in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("MLFLOW_"):
+            monkeypatch.setenv(key, value)
+
+
+def _job_here(team, user: str | None, folder: Path, monkeypatch, *overrides: str):
+    """The job of ``_start_job`` in this process (tests/commands.py): its status and output."""
+    _as_user(monkeypatch, team.env(user))
+    return run_job_command(*_overrides(team, folder, *overrides))
 
 
 def _no_secret(secret: str, where: str, text: str) -> None:
@@ -175,8 +210,13 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- credentials
 @pytest.mark.slow
 def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path, monkeypatch):
-    # No credentials: refused with one clear line; the results are on disk.
-    anon = _job(team_server, None, tmp_path / "anon")
+    # No credentials: refused with one clear line and exit status 3, from a process; bob's job
+    # (below, in this process) runs meanwhile.
+    started = _start_job(team_server, None, tmp_path / "anon")
+    user = "bob"
+    password = team_server.users[user]
+    job = _job_here(team_server, user, tmp_path / "bob", monkeypatch)
+    anon = _finish(started)
     assert anon.returncode == 3, _explain(anon)
     results = (tmp_path / "anon" / "run" / "results").resolve()
     errors = [line for line in anon.stderr.splitlines() if line.startswith("error:")]
@@ -188,9 +228,6 @@ def test_credentials_refused_or_accepted_never_logged(team_server, tmp_path, mon
     assert (results / "record.json").is_file()
 
     # bob (not the user whose sweeps may have created the experiment) logs with his credentials.
-    user = "bob"
-    password = team_server.users[user]
-    job = _job(team_server, user, tmp_path / "bob")
     assert job.returncode == 0, _explain(job)
     match = RUN_LINE.search(job.stdout)
     assert match, f"no 'MLflow run ...' line\n{_explain(job)}"
@@ -250,12 +287,17 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path
     sweep = tmp_path / "sweep"
     common = ["tracking=server", f"tracking.uri={uri_with_password}", f"tracking.experiment={SECRETS_EXPERIMENT}",
               f"paths.root={tmp_path / 'out'}"]
-    job = subprocess.run([sys.executable, "-m", "pipeline", *common, f"hydra.run.dir={tmp_path / 'job'}"],
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    # The sweep is a process (its console, Hydra's launcher lines); the job runs in this process
+    # meanwhile, with the environment a process of _env() would have.
+    started = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "k=3,5", "verbose=true", *common,
+                                f"hydra.sweep.dir={sweep}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        _as_user(monkeypatch, _env())
+        job = run_job_command(*common, f"hydra.run.dir={tmp_path / 'job'}", figures=True)  # its PNGs read too
+    finally:
+        swept = _finish(started, TIMEOUT_S)
     assert job.returncode == 0, job.stderr[-3000:]
-    swept = subprocess.run([sys.executable, "-m", "pipeline", "-m", "k=3,5", "verbose=true", *common,
-                            f"hydra.sweep.dir={sweep}"],
-                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert swept.returncode == 0, swept.stderr[-3000:]
     for proc in (job, swept):
         assert password not in proc.stdout + proc.stderr
@@ -278,9 +320,8 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path
     assert all(r.data.params["tracking.uri"] == uri_with_password.replace(password, "***") for r in jobs)
 
     # The records name the server without the password; sync reaches it with the environment's.
-    synced = subprocess.run([sys.executable, "-m", "pipeline.sync", str(tmp_path / "job"), str(sweep)], cwd=REPO,
-                            env=_env(MLFLOW_TRACKING_USERNAME="alice", MLFLOW_TRACKING_PASSWORD=password),
-                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    synced = run_command("sync", str(tmp_path / "job"), str(sweep),
+                         env=_env(MLFLOW_TRACKING_USERNAME="alice", MLFLOW_TRACKING_PASSWORD=password))
     assert synced.returncode == 0, synced.stderr[-3000:]
     assert "sync: 0 logged, 3 already logged, 0 closed" in synced.stdout
     assert password not in synced.stdout + synced.stderr

@@ -7,6 +7,14 @@
 - Two sweeps started together on a fresh sqlite store: both land, the store stays usable.
 - A store that cannot be made (a full disk, simulated with RLIMIT_FSIZE) leaves no
   half-migrated store; a folder where the store should be fails in seconds with one line.
+
+The sweeps are real processes: the two stopped by SIGINT and SIGTERM are ``python -m pipeline``
+(new interpreters: their exit status and line), the others children forked from this one that
+run ``pipeline/__main__.py`` (tests/forked.py: a real process that ``kill -9`` stops, a store
+that two processes race to create, Hydra's exit; a fork spares the imports). The first sync
+after ``kill -9`` is ``python -m pipeline.sync``. The full disk is a forked child too (the
+limit holds for a whole process); the job and the second sync that check only the code's answer run in this process
+(tests/commands.py). The migrated stores are copies of the session's (tests/faults/conftest.py).
 """
 
 from __future__ import annotations
@@ -15,11 +23,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from commands import run_command, run_job_command
+from forked import Forked, forked, pipeline_child
 
 from pipeline.io import results as res
 from pipeline import tracking
@@ -34,18 +43,29 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _sweep_args(tmp_path: Path, name: str, store: str, *args: str) -> list[str]:
+    return ["-m", *args, f"paths.root={tmp_path / name}", f"tracking.uri={store}",
+            f"hydra.sweep.dir={tmp_path / name / 'sweep'}"]
+
+
 def _sweep(tmp_path: Path, name: str, store: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "-m", *args, f"paths.root={tmp_path / name}", f"tracking.uri={store}",
-         f"hydra.sweep.dir={tmp_path / name / 'sweep'}"],
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    """``python -m pipeline -m ARGS``: a new interpreter."""
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *_sweep_args(tmp_path, name, store, *args)],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_records(sweep: Path, proc: subprocess.Popen, n: int) -> None:
+def _sweep_child(tmp_path: Path, name: str, store: str, *args: str, prepare=None) -> Forked:
+    """The same sweep in a child forked from this process (tests/forked.py): a real process
+    that a signal or SIGKILL stops, without a new interpreter's imports."""
+    return pipeline_child(*_sweep_args(tmp_path, name, store, *args), env=_env(), cwd=ROOT, prepare=prepare)
+
+
+def _wait_for_records(sweep: Path, proc: subprocess.Popen | Forked, n: int) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while len(list(sweep.glob("*/results/record.json"))) < n:
-        assert proc.poll() is None, f"the sweep ended before {n} jobs finished: {proc.stderr.read()[-2000:]}"
+        if proc.poll() is not None:
+            err = proc.stderr.read() if isinstance(proc, subprocess.Popen) else proc.wait().stderr
+            raise AssertionError(f"the sweep ended before {n} jobs finished: {err[-2000:]}")
         assert time.monotonic() < deadline, "timed out waiting for the sweep's jobs"
         time.sleep(0.02)
 
@@ -58,12 +78,6 @@ def _runs(store: str):
     parents = [r for r in runs if r.data.tags.get(tracking.TAG_SWEEP_PARENT) == "true"]
     jobs = [r for r in runs if r.data.tags.get(tracking.TAG_SWEEP_PARENT) != "true"]
     return parents, jobs
-
-
-def _migrated(tmp_path: Path) -> str:
-    db = tmp_path / "mlflow.db"
-    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
-    return f"sqlite:///{db}"
 
 
 def _assert_each_finished_job_once(sweep: Path, store: str, parent_status: str) -> int:
@@ -82,13 +96,12 @@ def _assert_each_finished_job_once(sweep: Path, store: str, parent_status: str) 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, signum, code):
-    store = _migrated(tmp_path)
+def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, store, signum, code):
     # 24 jobs: a sweep's job takes well under a second now (no PNGs), and the signal must land
-    # while jobs are left even on a loaded machine
+    # while jobs are left even on a loaded machine; it lands once 2 have finished
     proc = _sweep(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8,9,10,11,12", "reorder=none,reverse")
     sweep = tmp_path / "s" / "sweep"
-    _wait_for_records(sweep, proc, 3)
+    _wait_for_records(sweep, proc, 2)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == code, (out[-2000:], err[-3000:])
@@ -96,110 +109,96 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, signum,
     (line,) = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
     assert f"interrupted ({signal.Signals(signum).name}):" in line and "KILLED" in line
     n = _assert_each_finished_job_once(sweep, store, "KILLED")
-    assert 3 <= n < 24 and f"{n} finished job(s) logged to MLflow" in line
+    assert 2 <= n < 24 and f"{n} finished job(s) logged to MLflow" in line
 
 
-#: ``python -m pipeline`` whose launcher fails on one job of the sweep after others ran (here a
-#: composition error at launch, with Hydra's up-front validation of the batch turned off).
-_UNCOMPOSABLE = textwrap.dedent(
-    """
-    import runpy, sys
+def _uncomposable() -> None:
+    """The launcher fails on one job of the sweep after others ran (here a composition error at
+    launch, with Hydra's up-front validation of the batch turned off): patched in the child."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.errors import ConfigCompositionException
     from hydra.plugins.sweeper import Sweeper
 
     Sweeper.validate_batch_is_legal = lambda self, batch: None
-
     original = ConfigLoaderImpl.load_sweep_config
 
     def load_sweep_config(self, master, overrides):
-        if "k=5" in overrides and "reorder=reverse" in overrides:
-            raise ConfigCompositionException("k=5 with reorder=reverse cannot be composed")
+        if "reorder=reverse" in overrides:
+            raise ConfigCompositionException("reorder=reverse cannot be composed")
         return original(self, master, overrides)
 
     ConfigLoaderImpl.load_sweep_config = load_sweep_config
-    sys.argv = ["pipeline", *sys.argv[1:]]
-    runpy.run_module("pipeline", run_name="__main__")
-    """
-)
 
 
 @pytest.mark.slow
-def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_path):
-    """Hydra reports the error and exits 1; the jobs that finished before it are in the
-    store and the parent run is closed as FAILED, with one line that says so."""
-    store = _migrated(tmp_path)
-    script = tmp_path / "uncomposable.py"
-    script.write_text(_UNCOMPOSABLE)
+def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_path, store):
+    """Hydra reports the error and exits 1; the job that finished before it (the sweep's first
+    of two) is in the store and the parent run is closed as FAILED, with one line that says so."""
     sweep = tmp_path / "s" / "sweep"
-    proc = subprocess.run(
-        [sys.executable, str(script), "-m", "reorder=none,reverse", "k=3,5", f"paths.root={tmp_path / 's'}",
-         f"tracking.uri={store}", f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, env={**_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = _sweep_child(tmp_path, "s", store, "reorder=none,reverse", prepare=_uncomposable).wait()
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "k=5 with reorder=reverse cannot be composed" in proc.stderr and "Traceback" not in proc.stderr
+    assert "reorder=reverse cannot be composed" in proc.stderr and "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("the sweep stopped")]
-    assert line == ("the sweep stopped on that error: 3 finished job(s) logged to MLflow, "
+    assert line == ("the sweep stopped on that error: 1 finished job(s) logged to MLflow, "
                     "the sweep's parent run closed as FAILED")
-    assert _assert_each_finished_job_once(sweep, store, "FAILED") == 3
+    assert _assert_each_finished_job_once(sweep, store, "FAILED") == 1
 
 
 @pytest.mark.slow
-def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path):
-    store = _migrated(tmp_path)
-    proc = _sweep(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
+def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path, store):
+    proc = _sweep_child(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
     sweep = tmp_path / "s" / "sweep"
-    _wait_for_records(sweep, proc, 9)
-    proc.kill()
-    proc.communicate(timeout=TIMEOUT_S)
+    _wait_for_records(sweep, proc, 2)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait().returncode == -signal.SIGKILL
     done = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep)], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert ", 1 closed" in done.stdout
     n = _assert_each_finished_job_once(sweep, store, "KILLED")
-    assert n >= 9
-    again = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep)], cwd=ROOT, env=_env(),
-                           capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert n >= 2
+    again = run_command("sync", str(sweep), env=_env())  # the second sync: in this process
     assert again.returncode == 0 and len(_runs(store)[1]) == n
 
 
 @pytest.mark.slow
 def test_two_sweeps_started_together_on_a_fresh_store_both_land(tmp_path):
     store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
-    procs = [_sweep(tmp_path, name, store, "k=3,5") for name in ("a", "b")]
+    # one job each: the race is the store's creation, at the sweeps' start
+    procs = [_sweep_child(tmp_path, name, store, k) for name, k in (("a", "k=3"), ("b", "k=5"))]
     for proc in procs:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-        assert proc.returncode == 0, err[-3000:]
+        done = proc.wait()
+        assert done.returncode == 0, done.stderr[-3000:]
     parents, jobs = _runs(store)
-    assert len(parents) == 2 and len(jobs) == 4 and {r.info.status for r in jobs} == {"FINISHED"}
-    later = subprocess.run([sys.executable, "-m", "pipeline", "k=7", f"paths.root={tmp_path / 'c'}",
-                            f"tracking.uri={store}"], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                           timeout=TIMEOUT_S)
+    assert len(parents) == 2 and len(jobs) == 2 and {r.info.status for r in jobs} == {"FINISHED"}
+    later = run_job_command("k=7", f"paths.root={tmp_path / 'c'}", f"tracking.uri={store}",
+                            f"hydra.run.dir={tmp_path / 'c' / 'job'}")  # a later job, in this process
     assert later.returncode == 0, later.stderr[-3000:]
+    assert "MLflow run " in later.stdout and len(_runs(store)[1]) == 3
     assert not list((tmp_path / "fresh").glob(".*creating*"))
 
 
-FULL_DISK = textwrap.dedent(
-    """
-    import resource, signal, sys
-    from pipeline import tracking
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
-    import mlflow.store.tracking.sqlalchemy_store  # imports first: they may write caches
+def _create_on_a_full_disk(uri: str):
+    """ensure_store with files limited to 64 KiB: writes past the limit fail with EFBIG, as on a
+    full disk (SIGXFSZ ignored); exit status 3 and the error's first line when it fails."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
     try:
-        tracking.ensure_store(tracking.StoreSettings(sys.argv[1]))
+        tracking.ensure_store(tracking.StoreSettings(uri))
     except tracking.TrackingError as err:
         print(str(err).splitlines()[0])
-        sys.exit(3)
-    """
-)
+        return 3
+    return 0
 
 
 @pytest.mark.slow
 def test_a_full_disk_during_store_creation_leaves_no_half_made_store(tmp_path):
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - imported before the limit (it may write caches)
+
     db = tmp_path / "store" / "mlflow.db"
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, f"sqlite:///{db}"], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = forked(lambda: _create_on_a_full_disk(f"sqlite:///{db}"))
     assert proc.returncode == 3, proc.stdout + proc.stderr[-2000:]
     assert proc.stdout.startswith(f"cannot create the MLflow store {db}")
     assert not db.exists() and not list(db.parent.glob(".mlflow.db.*"))
@@ -210,12 +209,13 @@ def test_a_full_disk_during_store_creation_leaves_no_half_made_store(tmp_path):
     assert MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
 
 
-@pytest.mark.slow  # a job in a process (~4 s)
+@pytest.mark.slow  # a job
 def test_a_folder_where_the_store_should_be_fails_fast_in_one_line(tmp_path):
+    """The job in this process: its status and stderr as ``python -m pipeline`` gives them
+    (exit status 3 of a process: tests/faults/test_team_server.py, a refused job)."""
     (tmp_path / "out" / "mlflow.db").mkdir(parents=True)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", f"paths.root={tmp_path / 'out'}"], cwd=ROOT,
-                          env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = run_job_command(f"paths.root={tmp_path / 'out'}")
     assert time.monotonic() - start < 30  # the job itself takes a few seconds; the store check is instant
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert f"{tmp_path / 'out' / 'mlflow.db'} is a folder, not an MLflow sqlite store" in proc.stderr

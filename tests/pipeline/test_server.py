@@ -1,5 +1,8 @@
 """End to end against a real ``mlflow server``: a job's run lands on the server (metrics,
-curves, artifacts), and a dead server fails the job cleanly with the results on disk."""
+curves, artifacts), and a dead server fails the job cleanly with the results on disk.
+
+The jobs run in this process (tests/commands.py ``run_job_command``: the status and output
+``python -m pipeline`` gives); a job's exit status 3 from a process: tests/faults/test_team_server.py."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import re
 import time
 
 import pytest
+from commands import run_job_command
 
 pytestmark = pytest.mark.slow  # the session's mlflow server (tests/e2e_servers.py) and a job each
 
@@ -21,6 +25,12 @@ def _explain(proc) -> str:
     return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
 
 
+def _job(tmp_path, *overrides: str, figures: bool = False):
+    """``python -m pipeline OVERRIDES`` with its folder at ``tmp_path/run`` (as run_pipeline)."""
+    return run_job_command(*overrides, f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}",
+                           figures=figures)
+
+
 def _all_artifacts(client, run_id: str, path: str | None = None) -> set[str]:
     found: set[str] = set()
     for info in client.list_artifacts(run_id, path):
@@ -31,13 +41,13 @@ def _all_artifacts(client, run_id: str, path: str | None = None) -> set[str]:
     return found
 
 
-def test_run_lands_on_server(mlflow_server, run_pipeline, tmp_path):
+def test_run_lands_on_server(mlflow_server, tmp_path):
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     experiment = client.get_experiment_by_name("sample")  # the session's server: other tests' runs are not ours
     before = set() if experiment is None else {r.info.run_id for r in client.search_runs([experiment.experiment_id])}
-    proc = run_pipeline("tracking=server", f"tracking.uri={mlflow_server.uri}")
+    proc = _job(tmp_path, "tracking=server", f"tracking.uri={mlflow_server.uri}", figures=True)  # plots/ logged
     assert proc.returncode == 0, _explain(proc)
     match = RUN_LINE.search(proc.stdout)
     assert match, f"no 'MLflow run ...' line\n{_explain(proc)}"
@@ -72,9 +82,10 @@ def test_run_lands_on_server(mlflow_server, run_pipeline, tmp_path):
     assert [p.read_bytes() for p in stored] == [(results / "run.trec").read_bytes()]
 
 
-def test_dead_server_keeps_results(stopped_mlflow_server, run_pipeline, tmp_path):
+def test_dead_server_keeps_results(stopped_mlflow_server, tmp_path):
     start = time.monotonic()
-    proc = run_pipeline(
+    proc = _job(
+        tmp_path,
         "tracking=server",
         f"tracking.uri={stopped_mlflow_server.uri}",
         "tracking.http_retries=0",

@@ -3,17 +3,15 @@
 ``python -m pipeline.sync`` logs every finished job from its folder, and logging a folder
 twice (marker or no marker, half-logged run or not) never makes a second run.
 
-The job and the error cases of the command run in this process (tests/commands.py); the syncs
-that log to a store run as processes (an in-process sync that logged a run made a later test's
-``MlflowClient.load_table`` in the same process miss its run: not yet understood).
+The job and the syncs run in this process (tests/commands.py drops MLflow's cached stores
+before and after each command, so a later ``MlflowClient.load_table`` in the same process finds
+its runs: tests/pipeline/test_tracking.py after this file passes). ``python -m pipeline.sync`` as
+a process: tests/faults/test_tracking_faults.py (after ``kill -9``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,18 +20,9 @@ from commands import job_in_process, run_command
 from pipeline.io import results as res
 from pipeline import tracking
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def sync(*args: str):
     return run_command("sync", *args)
-
-
-def sync_process(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "pipeline.sync", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def _runs(store: str) -> list:
@@ -53,11 +42,11 @@ def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     record = res.read_record(folder)
     assert record["tracking"] is None and record["metrics"]["ndcg_at_5"] > 0.3
 
-    skipped = sync_process(str(tmp_path / "out"))  # a tracking=none job is logged only when a store is named
+    skipped = sync(str(tmp_path / "out"))  # a tracking=none job is logged only when a store is named
     assert skipped.returncode == 0 and "sync: 0 logged, 0 already logged, 0 closed, 1 untracked" in skipped.stdout
     assert _runs(store) == []
 
-    first = sync_process(str(tmp_path / "out"), "--tracking-uri", store)
+    first = sync(str(tmp_path / "out"), "--tracking-uri", store)
     assert first.returncode == 0, first.stderr[-3000:]
     (run,) = _runs(store)
     assert res.read_marker(folder)["run_id"] == run.info.run_id
@@ -65,7 +54,7 @@ def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     assert run.data.metrics["ndcg_at_5"] == record["metrics"]["ndcg_at_5"]
 
     (folder / res.MARKER).unlink()  # the marker is lost: the store is asked by the job key
-    assert sync_process(str(tmp_path / "out"), "--tracking-uri", store).returncode == 0
+    assert sync(str(tmp_path / "out"), "--tracking-uri", store).returncode == 0
     assert [r.info.run_id for r in _runs(store)] == [run.info.run_id]
     assert res.read_marker(folder)["run_id"] == run.info.run_id
 
@@ -74,7 +63,7 @@ def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     client = MlflowClient(tracking_uri=store)
     client.set_terminated(run.info.run_id, status="RUNNING")
     (folder / res.MARKER).unlink()
-    assert sync_process(str(tmp_path / "out"), "--tracking-uri", store).returncode == 0
+    assert sync(str(tmp_path / "out"), "--tracking-uri", store).returncode == 0
     (rerun,) = _runs(store)
     assert rerun.info.run_id != run.info.run_id and rerun.info.status == "FINISHED"
     with pytest.raises(Exception, match="not found"):

@@ -2,60 +2,55 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+import time
+from functools import partial
 from pathlib import Path
 
 import pytest
+from forked import Forked
 
-ROOT = Path(__file__).resolve().parents[2]
 
-WRITER = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
+def _writer(uri: str, folder: Path, name: str, n: int) -> int:
+    """One writer (a job's logging): waits until ``n`` writers are ready, then logs 6 runs with
+    the same dataset inputs, in the same order, as every other writer."""
     from omegaconf import OmegaConf
+
     from pipeline import tracking
     from pipeline.config import TrackingConfig
 
-    import time
-
-    uri, folder, name, n = sys.argv[1:5]
-    cfg = OmegaConf.structured(TrackingConfig(uri=uri, artifact_root=folder + "/artifacts"))
+    cfg = OmegaConf.structured(TrackingConfig(uri=uri, artifact_root=str(folder / "artifacts")))
     settings = tracking.StoreSettings.of(cfg)  # as a job makes them from its tracking config
-    tracking.client(settings).search_experiments()  # imports and store open done before the race
-    results = Path(folder) / name
+    tracking.client(settings).search_experiments()  # the store opened before the race
+    results = folder / name
     results.mkdir()
     (results / "metrics.json").write_text("{}")
-    (Path(folder) / f"ready-{name}").touch()
-    while len(list(Path(folder).glob("ready-*"))) < int(n):  # start together
+    (folder / f"ready-{name}").touch()
+    while len(list(folder.glob("ready-*"))) < n:  # start together
         time.sleep(0.01)
-    for i in range(6):  # every writer logs the same dataset inputs, in the same order
+    for i in range(6):
         record = tracking.RunRecord(
             experiment="race", run_name=f"{name}-{i}", params={"i": str(i)}, metrics={"m": float(i)},
             curves={}, tags={}, artifacts_dir=results,
-            dataset={"name": "sample", "digest": f"digest-{i}", "source": folder},
+            dataset={"name": "sample", "digest": f"digest-{i}", "source": str(folder)},
         )
         tracking.log_run(settings, record)
-    """
-)
+    return 0
 
 
 @pytest.mark.slow
 def test_parallel_writers_with_the_same_dataset_inputs_lose_no_run(tmp_path):
+    """Three writers in three processes, forked from this one (tests/forked.py: each opens its
+    own store connection; a fork spares the ~3 s of imports of a new interpreter)."""
     from mlflow import MlflowClient
+
+    from pipeline.config import TrackingConfig  # noqa: F401 - imported before the forks
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     MlflowClient(tracking_uri=uri).search_experiments()  # the store exists before the jobs, as in a sweep
-    writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, uri, str(tmp_path), f"w{j}", "3"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for j in range(3)
-    ]
+    writers = [Forked(partial(_writer, uri, tmp_path, f"w{j}", 3)) for j in range(3)]
     for writer in writers:
-        _, err = writer.communicate(timeout=300)
-        assert writer.returncode == 0, err[-2000:]
+        done = writer.wait(timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("race").experiment_id], max_results=100)
     assert sorted(r.info.run_name for r in runs) == sorted(f"w{j}-{i}" for j in range(3) for i in range(6))
