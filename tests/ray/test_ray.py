@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import run_command
+from commands import job_in_process, run_command
 from e2e_servers import RAY_MARKER as MARKER
 from e2e_servers import assert_nothing_left
 
@@ -126,10 +127,29 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 # ----------------------------------------------------------------------------- sweeps
 
 
-def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def migrated_store(tmp_path_factory) -> Path:
+    """One migrated MLflow sqlite store, copied to the root of each tracked sweep below (a
+    sweep that creates its store spends seconds on it)."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+def store_at(root: Path, migrated: Path) -> Path:
+    """``root/mlflow.db`` (the store of ``paths.root=root``), a copy of ``migrated``."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(migrated, root / "mlflow.db"))
+
+
+def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path,
+                                                                                          migrated_store):
     """Two jobs of the golden sweep (tests/golden: as the basic launcher ran them), on Ray: the
     same numbers, each job logged once under one parent."""
     sweep = [*GOLDEN_SWEEP, "hydra.sweep.dir=${paths.root}/sweep"]
+    store_at(tmp_path / "ray", migrated_store)
     on_ray = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *sweep,
                       f"paths.root={tmp_path / 'ray'}")
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
@@ -165,9 +185,10 @@ def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launcher
     assert "summary" in on_ray.stdout and "best" in on_ray.stdout  # the sweep's end, in the launching process
 
 
-def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ray_process(tmp_path):
+def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ray_process(tmp_path, migrated_store):
     marker = f"ray-sigint-{uuid.uuid4().hex}"
     sweep_dir = tmp_path / "sweep"
+    store_at(tmp_path, migrated_store)
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "hydra/launcher=ray", "k=1,2,3,4,5,6,7,8",
                              "hydra.launcher.ray.init.num_cpus=1", f"paths.root={tmp_path}",
                              f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, env=env(marker), stdout=subprocess.PIPE,
@@ -218,21 +239,15 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
     """One job encodes the sample on Ray, a local retriever then reads its cache (the engine is
     not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
     equals the golden dense job's (tests/golden, recorded with in-process encoding)."""
-    from hydra import compose, initialize_config_dir
-
-    from pipeline.job import run
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
     cache = tmp_path / "cache"
 
-    def ndcg(engine: str) -> float:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=["retriever=dense", f"retriever.encode.engine={engine}",
-                                               "retriever.encode.concurrency=2", "retriever.encode.batch_size=16",
-                                               f"paths.root={tmp_path / engine}", f"cache_dir={cache}",
-                                               "tracking=none"])
-        return run(cfg)
+    def ndcg(engine: str) -> float:  # a job in this process (tests/commands.py), without its figures
+        return job_in_process("retriever=dense", f"retriever.encode.engine={engine}", "retriever.encode.concurrency=2",
+                              "retriever.encode.batch_size=16", f"paths.root={tmp_path / engine}", f"cache_dir={cache}",
+                              "tracking=none").objective
 
     golden = json.loads((ROOT / "tests" / "golden" / "expected" / "numbers.json").read_text())
     on_ray_ndcg = ndcg("ray")
@@ -334,13 +349,20 @@ def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encod
 
 
 def test_an_unreachable_ray_address_is_one_line_exit_3_and_nothing_cached(tmp_path):
+    # The job in this process (tests/commands.py): its error, and the line and status that
+    # `python -m pipeline` gives for it (pipeline.errors.exit_line); the sweep below is a
+    # process, its exit status 3 and its one line as `python -m pipeline` prints them.
+    from pipeline.errors import exit_line
+    from retrievers.dense import RayFailed
+
+    assert not ray.is_initialized(), "this process is connected to Ray: the job would use it, not the address"
     address = f"ray://127.0.0.1:{closed_port()}"
-    done = pipeline("retriever=dense", "retriever.encode.engine=ray", f"retriever.encode.address={address}",
-                    f"paths.root={tmp_path}", "tracking=none", timeout=300)
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
-    lines = error_lines(done.stderr)
-    assert len(lines) == 1 and "cannot reach the Ray cluster" in lines[0] and address in lines[0], done.stderr
+    with pytest.raises(RayFailed) as failed:
+        job_in_process("retriever=dense", "retriever.encode.engine=ray", f"retriever.encode.address={address}",
+                       f"paths.root={tmp_path}", "tracking=none")
+    line, status = exit_line(failed.value)
+    assert status == 3 and "\n" not in line and line.startswith("error: "), line
+    assert "cannot reach the Ray cluster" in line and address in line, line
     assert cache_entries(tmp_path / "cache") == []
 
     swept = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{closed_port()}",
