@@ -4,7 +4,12 @@ Each command runs with a marker of its own in its environment, which every proce
 inherits; once the command has returned, no process on the machine may still carry the
 marker in ``/proc/<pid>/environ``. This is what keeps gone the failures of the shared tracking
 process that jobs used to start: a job left it alive for minutes, one more per differing
-environment variable (two jobs below differ in one), and a job could wait on it forever.
+environment variable (the tracked job and the sweep's job below differ in one), and a job
+could wait on it forever.
+
+Each launcher and command runs once, on as little work as shows it: the basic sweep is one
+job (run in the other environment: it is the second tracked job), the joblib sweep two (one
+per worker process).
 """
 
 from __future__ import annotations
@@ -88,17 +93,16 @@ def test_jobs_sweeps_and_commands_leave_no_process(tmp_path):
     out = tmp_path / "outputs"
     runs = [
         ("a tracked job", ["-m", "pipeline", f"paths.root={out}", f"hydra.run.dir={tmp_path / 'job'}"], {}),
-        # the same job with one more variable in its environment: never a second lingering helper
-        ("a tracked job in another environment", ["-m", "pipeline", f"paths.root={out}", "k=5",
-                                                  f"hydra.run.dir={tmp_path / 'job5'}"], {"SOME_SETTING": "1"}),
         ("an untracked job", ["-m", "pipeline", "tracking=none", f"paths.root={out}"], {}),
-        ("a sweep", ["-m", "pipeline", "-m", "k=3,5", f"paths.root={out}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-         {}),
+        # a tracked job again (the sweep's), with one more variable in its environment: never a
+        # second lingering helper
+        ("a sweep (its job in another environment)", ["-m", "pipeline", "-m", "k=5", f"paths.root={out}",
+                                                      f"hydra.sweep.dir={tmp_path / 'sweep'}"], {"SOME_SETTING": "1"}),
         ("a joblib sweep", ["-m", "pipeline", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "k=3,5",
                             f"paths.root={out}", f"hydra.sweep.dir={tmp_path / 'joblib'}"], {}),
         ("pipeline.score", ["-m", "pipeline.score", str(SAMPLE_QRELS),
                             str(tmp_path / "job" / "results" / "run.trec"), "--json"], {}),
-        ("pipeline.compare", ["-m", "pipeline.compare", str(tmp_path / "job"), str(tmp_path / "job5"), "--json",
+        ("pipeline.compare", ["-m", "pipeline.compare", str(tmp_path / "job"), str(tmp_path / "sweep" / "0"), "--json",
                               "--out", str(tmp_path / "cmp")], {}),
         ("pipeline.sync", ["-m", "pipeline.sync", str(out)], {}),
     ]

@@ -1,15 +1,13 @@
 """Label Studio for real: pool -> project through the API -> two annotators through the API
 and one grade typed in the browser -> export -> qrels -> a pipeline run on them; the server
 is the session's ``label_studio`` (tests/e2e_servers.py), stopped and checked gone after this
-test. Label Studio runs from its own virtual environment (lsserver.py)."""
+test. Label Studio runs from its own virtual environment (lsserver.py). The pipeline run on the
+judged qrels is a job in this process (tests/commands.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import lsserver
+from commands import job_in_process
 from pipeline.cli import judgments as judgments_command
 from pipeline.cli import pool as pool_command
 from pipeline.io.formats import read_qrels
@@ -59,11 +58,14 @@ def _grade_in_browser(url: str, project: int, task: int, key: str) -> float:
             chosen = page.get_by_role("radio", name=re.compile(f"^{key}: ")).first
             chosen.wait_for()
             # The editor binds its hotkeys a moment after it renders: press until the grade is
-            # selected (a press on a selected choice would clear it, so never press twice on it).
+            # selected (a press on a selected choice would clear it, so never press twice on it:
+            # after a press, look for a second before the next).
             deadline = time.monotonic() + 30
             while not chosen.is_checked() and time.monotonic() < deadline:
                 page.keyboard.press(key)
-                page.wait_for_timeout(1000)
+                pressed = time.monotonic()
+                while not chosen.is_checked() and time.monotonic() - pressed < 1:
+                    page.wait_for_timeout(100)
             assert chosen.is_checked(), f"hotkey {key} did not select the grade"
             with page.expect_response(lambda r: f"/api/tasks/{task}/annotations" in r.url
                                       and r.request.method == "POST", timeout=60_000) as response:
@@ -137,16 +139,11 @@ def test_label_studio_round_trip(label_studio, tmp_path, monkeypatch):
     assert stats["pairs"][0]["kappa_quadratic"] == pytest.approx(
         cohen_kappa_score(a, b, weights="quadratic", labels=[0, 1, 2, 3]))
 
-    # 6. a pipeline run on the consensus qrels
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    # 6. a pipeline run on the consensus qrels (in this process: its outputs are what is checked)
     t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "dataset=trec", f"dataset.qrels={judged / 'qrels.consensus.txt'}",
-         f"dataset.queries={queries}", f"dataset.corpus={corpus}", "tracking=none", f"paths.root={tmp_path / 'outputs'}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
+    job_in_process("dataset=trec", f"dataset.qrels={judged / 'qrels.consensus.txt'}", f"dataset.queries={queries}",
+                   f"dataset.corpus={corpus}", "tracking=none", f"paths.root={tmp_path / 'outputs'}")
     timings["pipeline_run_s"] = time.perf_counter() - t0
-    assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads(next((tmp_path / "outputs").rglob("metrics.json")).read_text())
     consensus = read_qrels(judged / "qrels.consensus.txt")
     relevant_queries = {q for q, g in zip(consensus.query_ids.tolist(), consensus.grades.tolist()) if g >= 1}

@@ -9,7 +9,11 @@ experiment's shared view, ``pipeline.tracking.view``) and no click that picks co
 (the K-sweep curves) and the per-query table artifact.
 
 Screenshots go to tmp_path; with UPDATE_SCREENSHOTS=1 they also refresh the README's
-docs/img/mlflow_{runs,run,curves,per_query}.png.
+docs/img/mlflow_{runs,run,curves,per_query}.png (and only then does the test wait a second
+before each, for the UI's transitions to settle: the checks wait for what they look at).
+
+The run is logged by a job in this process (tests/commands.py: what it prints, as
+``python -m pipeline`` would); the sweep is a process (``-m``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from commands import run_job_command
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -37,8 +42,8 @@ CHROMIUM_ARGS = [
 #: The runs table's columns without any click (the objective, its CI, the headline at each run's k).
 TABLE_METRICS = ("ndcg_at_10", "ndcg_at_10_ci_low", "ndcg_at_10_ci_high", "recall_at_k", "mrr", "latency_p95_ms",
                  "context_utility_at_k")
-#: A small sweep logged too, so that the table (and its screenshot) compares runs.
-SWEEP = ("-m", "reorder=none,lost_in_the_middle", "k=3,5")
+#: A small sweep logged too (2 jobs), so that the table (and its screenshot) compares runs.
+SWEEP = ("-m", "reorder=none,lost_in_the_middle", "k=5")
 N_CURVES = 6  # curve/{precision,recall,ndcg,map,mrr,context_utility}
 RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \(", re.M)
 OPEN_LINE = re.compile(r"^open it: (?P<url>http://\S+)$", re.M)
@@ -53,10 +58,22 @@ pytestmark = [
 ]
 
 
+def _updating() -> bool:
+    return os.environ.get("UPDATE_SCREENSHOTS") == "1"
+
+
+def _settle(page) -> None:
+    """A second for the UI's transitions (plotly's, the table's) before a screenshot that
+    refreshes the docs' images; none otherwise (the checks before it wait for what they see)."""
+    if _updating():
+        page.wait_for_timeout(1000)
+
+
 def _save(page, tmp_path: Path, name: str) -> Path:
+    _settle(page)
     shot = tmp_path / name
     page.screenshot(path=str(shot))
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+    if _updating():
         dest = REPO / "docs" / "img" / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, dest)
@@ -86,7 +103,7 @@ def _beside_the_panel(page, run_id: str, metrics: dict[str, float], close, tmp_p
         key = {"recall_at_k": "recall_at_10"}.get(column, column)
         cell = _cell(page, run_id, f"metrics.`{column}`")
         assert float(cell.inner_text().strip()) == pytest.approx(metrics[key], rel=1e-12, abs=1e-12)
-    page.wait_for_timeout(1000)
+    _settle(page)
     page.screenshot(path=str(tmp_path / "mlflow_runs_1600.png"))
 
 
@@ -95,7 +112,8 @@ def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_t
     from mlflow import MlflowClient
     from playwright.sync_api import expect, sync_playwright
 
-    proc = run_pipeline("tracking=server", f"tracking.uri={mlflow_server.uri}")
+    proc = run_job_command("tracking=server", f"tracking.uri={mlflow_server.uri}", f"hydra.run.dir={tmp_path / 'run'}",
+                           f"cache_dir={tmp_path / 'cache'}", figures=True)  # the run's plots/ are its artifacts
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     run_id = RUN_LINE.search(proc.stdout)["run_id"]
     client = MlflowClient(tracking_uri=mlflow_server.uri)
@@ -150,7 +168,6 @@ def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_t
                 assert float(cell.inner_text().strip()) == pytest.approx(metrics[key], rel=1e-12, abs=1e-12)
             expect(_cell(page, run_id, "attributes.`Dataset`")).to_contain_text(f"sample ({digest[:8]}")
             expect(_cell(page, run_id, "params.`k`")).to_have_text("10")
-            page.wait_for_timeout(1000)
             _save(page, tmp_path, "mlflow_runs.png")
 
             # 2. The run's name opens its page. MLflow 3.17 shows a run in its GenAI look until the
@@ -170,7 +187,6 @@ def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_t
             expect(page.get_by_text("Show more", exact=True).first).to_be_visible()
             for text in ("step = K", "plots/k_sweep.png", "per_query_table.json"):
                 expect(page.get_by_text(text, exact=True).first).to_be_attached()
-            page.wait_for_timeout(1000)
             _save(page, tmp_path, "mlflow_run.png")
 
             # 3. The Model metrics tab draws the K-sweep curves, curve/precision among them.
@@ -181,7 +197,6 @@ def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_t
             page.wait_for_function(
                 "n => document.querySelectorAll('.js-plotly-plot path.js-line').length >= n", arg=N_CURVES
             )
-            page.wait_for_timeout(1000)  # let plotly finish its transitions
             _save(page, tmp_path, "mlflow_curves.png")
 
             # 4. The per-query table artifact opens as a table: one row per query, with its text.
@@ -191,7 +206,6 @@ def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_t
                 expect(page.get_by_role("columnheader").get_by_role("button", name=column, exact=True).first
                        ).to_be_visible()
             expect(page.get_by_role("cell", name="q01", exact=True).first).to_be_visible()
-            page.wait_for_timeout(1000)
             _save(page, tmp_path, "mlflow_per_query.png")
         except Exception:
             page.screenshot(path=str(tmp_path / "failure.png"))  # what the browser showed

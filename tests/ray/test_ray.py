@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,14 +24,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import job_in_process, run_command
 from e2e_servers import RAY_MARKER as MARKER
 from e2e_servers import assert_nothing_left
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
-#: The golden sweep's overrides (tests/golden/golden.py SWEEP): its recorded numbers are the
-#: basic launcher's, which a Ray sweep must reproduce.
-GOLDEN_SWEEP = ("reorder=none,lost_in_the_middle", "k=3,5", "objective=context_utility_at_10")
+#: Two of the golden sweep's four jobs (tests/golden/golden.py SWEEP: reorder none and
+#: lost_in_the_middle at k = 5): their recorded numbers are the basic launcher's, which a Ray
+#: sweep must reproduce (both reorders; the k = 3 jobs add a wave of jobs, not a check).
+GOLDEN_SWEEP = ("reorder=none,lost_in_the_middle", "k=5", "objective=context_utility_at_10")
+GOLDEN_JOBS = ("none k5 bm25", "litm k5 bm25")  # their run names (words in any order: a sweep names
+#: a job by the settings it varies first)
+#: The first texts of the sample that the worker-death tests encode (the whole sample is
+#: encoded on Ray once, by the first encoding test): what they check is the retry and the
+#: shards, which a slice shows as well, at a third of the encoding time.
+SLICE = 64
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
@@ -64,13 +73,14 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error")]
 
 
-def sample_texts() -> tuple[list[str], list[str]]:
+def sample_texts(n: int | None = None) -> tuple[list[str], list[str]]:
+    """The sample's document ids and texts (the first ``n``)."""
     ids, texts = [], []
     for line in (SAMPLE / "corpus.jsonl").read_text().splitlines():
         doc = json.loads(line)
         ids.append(doc["_id"])
         texts.append(f"{doc.get('title', '')} {doc['text']}".strip())
-    return ids, texts
+    return ids[:n], texts[:n]
 
 
 def cache_entries(cache: Path) -> list[Path]:
@@ -117,10 +127,29 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 # ----------------------------------------------------------------------------- sweeps
 
 
-def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path):
-    """The golden sweep (tests/golden: its 4 jobs as the basic launcher ran them), on Ray: the
+@pytest.fixture(scope="module")
+def migrated_store(tmp_path_factory) -> Path:
+    """One migrated MLflow sqlite store, copied to the root of each tracked sweep below (a
+    sweep that creates its store spends seconds on it)."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+def store_at(root: Path, migrated: Path) -> Path:
+    """``root/mlflow.db`` (the store of ``paths.root=root``), a copy of ``migrated``."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(migrated, root / "mlflow.db"))
+
+
+def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path,
+                                                                                          migrated_store):
+    """Two jobs of the golden sweep (tests/golden: as the basic launcher ran them), on Ray: the
     same numbers, each job logged once under one parent."""
     sweep = [*GOLDEN_SWEEP, "hydra.sweep.dir=${paths.root}/sweep"]
+    store_at(tmp_path / "ray", migrated_store)
     on_ray = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *sweep,
                       f"paths.root={tmp_path / 'ray'}")
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
@@ -129,21 +158,25 @@ def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launcher
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(children) == 4 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert len(children) == 2 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     keys = [r.data.tags["job_key"] for r in children]
     records = [json.loads(p.read_text())["job_key"] for p in (tmp_path / "ray" / "sweep").glob("*/results/record.json")]
-    assert sorted(keys) == sorted(records) and len(set(keys)) == 4  # each job exactly once
+    assert sorted(keys) == sorted(records) and len(set(keys)) == 2  # each job exactly once
     assert all(r.info.status == "FINISHED" for r in children)
 
     # The basic launcher's numbers: the golden sweep's (every metric but the timings, to 1e-12).
     golden = json.loads((ROOT / "tests" / "golden" / "expected" / "numbers.json").read_text())
-    expected = {golden[f"sweep_{i}"]["record"]["run_name"]: golden[f"sweep_{i}"]["metrics.json"]["metrics"]
-                for i in range(4)}
+    def job(run_name: str) -> str:
+        return " ".join(sorted(run_name.split()))
+
+    expected = {job(golden[f"sweep_{i}"]["record"]["run_name"]): golden[f"sweep_{i}"]["metrics.json"]["metrics"]
+                for i in range(4) if golden[f"sweep_{i}"]["record"]["run_name"] in GOLDEN_JOBS}
+    assert len(expected) == 2
     got = {}
     for results in (tmp_path / "ray" / "sweep").glob("*/results"):
-        got[json.loads((results / "record.json").read_text())["run_name"]] = json.loads(
+        got[job(json.loads((results / "record.json").read_text())["run_name"])] = json.loads(
             (results / "metrics.json").read_text())["metrics"]
-    assert sorted(got) == sorted(expected) and len(got) == 4
+    assert sorted(got) == sorted(expected) and len(got) == 2
     for job, metrics in expected.items():
         numbers = sorted(metrics)
         assert len(numbers) > 40 and set(numbers) <= set(got[job]), job
@@ -152,9 +185,10 @@ def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launcher
     assert "summary" in on_ray.stdout and "best" in on_ray.stdout  # the sweep's end, in the launching process
 
 
-def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ray_process(tmp_path):
+def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ray_process(tmp_path, migrated_store):
     marker = f"ray-sigint-{uuid.uuid4().hex}"
     sweep_dir = tmp_path / "sweep"
+    store_at(tmp_path, migrated_store)
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "hydra/launcher=ray", "k=1,2,3,4,5,6,7,8",
                              "hydra.launcher.ray.init.num_cpus=1", f"paths.root={tmp_path}",
                              f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, env=env(marker), stdout=subprocess.PIPE,
@@ -177,8 +211,9 @@ def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ra
 
     finished = {json.loads(p.read_text())["job_key"] for p in sweep_dir.glob("*/results/record.json")}
     assert 1 <= len(finished) < 8, "the interrupt came after the last job or before the first"
-    synced = subprocess.run([sys.executable, "-m", "pipeline.sync", str(sweep_dir)], cwd=ROOT, env=env(),
-                            capture_output=True, text=True, timeout=300)
+    # The sync is the command's code, in this process (tests/commands.py; tests/test_processes.py
+    # runs it as a process).
+    synced = run_command("sync", str(sweep_dir), env=env())
     assert synced.returncode == 0, synced.stderr[-3000:]
     runs = runs_of(tmp_path / "mlflow.db")
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
@@ -204,21 +239,15 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
     """One job encodes the sample on Ray, a local retriever then reads its cache (the engine is
     not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
     equals the golden dense job's (tests/golden, recorded with in-process encoding)."""
-    from hydra import compose, initialize_config_dir
-
-    from pipeline.job import run
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
     cache = tmp_path / "cache"
 
-    def ndcg(engine: str) -> float:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=["retriever=dense", f"retriever.encode.engine={engine}",
-                                               "retriever.encode.concurrency=2", "retriever.encode.batch_size=16",
-                                               f"paths.root={tmp_path / engine}", f"cache_dir={cache}",
-                                               "tracking=none"])
-        return run(cfg)
+    def ndcg(engine: str) -> float:  # a job in this process (tests/commands.py), without its figures
+        return job_in_process("retriever=dense", f"retriever.encode.engine={engine}", "retriever.encode.concurrency=2",
+                              "retriever.encode.batch_size=16", f"paths.root={tmp_path / engine}", f"cache_dir={cache}",
+                              "tracking=none").objective
 
     golden = json.loads((ROOT / "tests" / "golden" / "expected" / "numbers.json").read_text())
     on_ray_ndcg = ndcg("ray")
@@ -236,20 +265,21 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
 def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path, local_embeddings):
     from retrievers.dense import DenseRetriever
 
-    ids, texts = sample_texts()
+    ids, texts = sample_texts(SLICE)
     flag = tmp_path / "died"
     dense = DenseRetriever(cache_dir=tmp_path / "cache", encoder=DyingEncoder(str(flag), always=False),
                            encode={"engine": "ray", "concurrency": 1, "batch_size": 32, "max_retries": 2})
     dense.index(ids, texts)
     assert flag.exists(), "the worker did not die: the test tests nothing"
-    local = local_embeddings
+    local = local_embeddings[:SLICE]
+    assert dense.doc_embeddings.shape == local.shape == (SLICE, 384)
     assert float(np.abs(dense.doc_embeddings - local).max()) <= 1e-5
 
 
 def test_an_encoding_worker_that_keeps_dying_fails_in_one_line_and_caches_nothing(ray_cluster, tmp_path):
     from retrievers.dense import DenseRetriever, RayFailed
 
-    ids, texts = sample_texts()
+    ids, texts = sample_texts(SLICE)
     dense = DenseRetriever(cache_dir=tmp_path / "cache", encoder=DyingEncoder(str(tmp_path / "died"), always=True),
                            encode={"engine": "ray", "concurrency": 1, "max_retries": 1})
     with pytest.raises(RayFailed) as failed:
@@ -295,22 +325,23 @@ def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encod
                                                                                            local_embeddings):
     from retrievers.dense import DenseRetriever, RayFailed
 
-    ids, texts = sample_texts()
+    ids, texts = sample_texts(SLICE)  # shards of 16: three clean ones, the fourth poisoned
     cache = tmp_path / "cache"
     dense = DenseRetriever(cache_dir=cache, encoder=PoisonedEncoder(texts[-5:]),
                            encode={"engine": "ray", "concurrency": 1, "batch_size": 16, "max_retries": 0,
-                                   "shard_size": 32})
+                                   "shard_size": 16})
     with pytest.raises(RayFailed) as failed:
         dense.index(ids, texts)
     shards = sorted((cache / "texts").glob("*/*.json"))
     kept = sum(json.loads(p.read_text())["n"] for p in shards)
-    assert 0 < kept <= 160 and kept % 32 == 0, "no shard was kept: the test tests nothing"
+    assert 0 < kept <= SLICE - 16 and kept % 16 == 0, "no shard was kept: the test tests nothing"
     assert f"{kept} of them cached in {len(shards)} shard(s)" in str(failed.value)
     counting = Counting()
     rerun = DenseRetriever(cache_dir=cache, encoder=counting)  # engine local: the same shards
     rerun.index(ids, texts)
-    assert counting.n == rerun.text_cache_stats["docs"]["encoded"] == 171 - kept
-    local = local_embeddings
+    assert counting.n == rerun.text_cache_stats["docs"]["encoded"] == SLICE - kept
+    local = local_embeddings[:SLICE]
+    assert rerun.doc_embeddings.shape == local.shape
     assert float(np.abs(rerun.doc_embeddings - local).max()) <= 1e-5
 
 
@@ -318,13 +349,20 @@ def test_a_failed_ray_encoding_keeps_its_complete_shards_and_a_local_rerun_encod
 
 
 def test_an_unreachable_ray_address_is_one_line_exit_3_and_nothing_cached(tmp_path):
+    # The job in this process (tests/commands.py): its error, and the line and status that
+    # `python -m pipeline` gives for it (pipeline.errors.exit_line); the sweep below is a
+    # process, its exit status 3 and its one line as `python -m pipeline` prints them.
+    from pipeline.errors import exit_line
+    from retrievers.dense import RayFailed
+
+    assert not ray.is_initialized(), "this process is connected to Ray: the job would use it, not the address"
     address = f"ray://127.0.0.1:{closed_port()}"
-    done = pipeline("retriever=dense", "retriever.encode.engine=ray", f"retriever.encode.address={address}",
-                    f"paths.root={tmp_path}", "tracking=none", timeout=300)
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
-    lines = error_lines(done.stderr)
-    assert len(lines) == 1 and "cannot reach the Ray cluster" in lines[0] and address in lines[0], done.stderr
+    with pytest.raises(RayFailed) as failed:
+        job_in_process("retriever=dense", "retriever.encode.engine=ray", f"retriever.encode.address={address}",
+                       f"paths.root={tmp_path}", "tracking=none")
+    line, status = exit_line(failed.value)
+    assert status == 3 and "\n" not in line and line.startswith("error: "), line
+    assert "cannot reach the Ray cluster" in line and address in line, line
     assert cache_entries(tmp_path / "cache") == []
 
     swept = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{closed_port()}",
