@@ -9,5 +9,5 @@ file's bytes stay the same (an edited file is parsed again); every load returns 
 copy, since Hydra edits what it is given. :class:`config_cache.ConfigCacheSearchPath`, a
 ``SearchPathPlugin``, puts it in place of the ``file://`` and ``pkg://`` entries of the
 search path. Both through Hydra's public plugin API, found by the plugin scan of the
-``hydra_plugins`` namespace (docs/sweeps.md, "What a sweep's job costs").
+``hydra_plugins`` namespace (docs/sweeps.md, "Sweepers").
 """
