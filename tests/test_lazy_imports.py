@@ -9,6 +9,9 @@ line per module the process imports to its own stderr. The tests read those line
   torch, and still prints the right numbers;
 - ``python -m pipeline.cli compare --help`` (the one runner, the comparison's parser) imports
   none of them either.
+
+Each of those starts a process: they are in the slow layer (docs/testing.md); the readers of
+the ``-X importtime`` lines and the pandas-free arrow bridges are checked in the quick one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "PYTHONPROFILEIMPORTTIME")}
@@ -42,6 +47,7 @@ def test_importtime_lines_are_read():
     assert imported(err) == {"numpy"}
 
 
+@pytest.mark.slow  # a fresh interpreter (what it imports): a process, docs/testing.md
 def test_a_bm25_job_without_tracking_imports_no_heavy_module_and_still_draws(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run(
@@ -61,6 +67,7 @@ def test_a_bm25_job_without_tracking_imports_no_heavy_module_and_still_draws(tmp
     assert (results / "record.json").is_file()
 
 
+@pytest.mark.slow  # a fresh interpreter (what it imports): a process, docs/testing.md
 def test_the_scorer_imports_only_what_scoring_needs(tmp_path):
     qrels, run = tmp_path / "qrels.txt", tmp_path / "run.txt"
     qrels.write_text("q1 0 d1 2\nq1 0 d2 0\nq1 0 d3 1\nq2 0 d9 1\n")
@@ -83,6 +90,7 @@ def test_the_scorer_imports_only_what_scoring_needs(tmp_path):
     assert abs(means["mrr"] - 0.25) < 1e-12  # q1: first relevant at rank 2; q2: none
 
 
+@pytest.mark.slow  # a fresh interpreter (what it imports): a process, docs/testing.md
 def test_a_commands_help_imports_no_heavy_module():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline.cli", "compare", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=TIMEOUT_S, env=ENV)
@@ -113,6 +121,7 @@ def test_formats_numpy_bridges_equal_pyarrows_own():
         assert from_numpy(array).equals(pa.array(array))
 
 
+@pytest.mark.slow  # a fresh interpreter (what it imports): a process, docs/testing.md
 def test_arrow_array_equals_pa_array_without_pandas():
     """``formats.arrow_array`` builds what ``pa.array`` builds, in a process that then has no pandas."""
     code = """
@@ -133,6 +142,7 @@ for ours, theirs in zip(built, expected):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow  # a fresh interpreter (what it imports): a process, docs/testing.md
 def test_a_job_loads_neither_the_sweep_summary_nor_the_comparison():
     """``pipeline.__main__`` imports ``pipeline.sweep`` (the callback); the sweep's end
     (``pipeline.sweep.summary``) and the comparison are loaded only where a sweep ends."""

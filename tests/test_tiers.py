@@ -128,13 +128,20 @@ def _names(node: ast.Import | ast.ImportFrom, path: Path) -> list[tuple[str, lis
 
 
 _PARSED: dict[Path, list[tuple[int, bool, list[tuple[str, list[str]]]]]] = {}
+_TREES: dict[Path, ast.Module] = {}
+
+
+def tree_of(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per session (the rules below read every module)."""
+    if path not in _TREES:
+        _TREES[path] = ast.parse(path.read_text(), filename=str(path))
+    return _TREES[path]
 
 
 def parsed(path: Path) -> list[tuple[int, bool, list[tuple[str, list[str]]]]]:
     """(line, inside a function, [(module, names imported from it)]) for every import of a file."""
     if path not in _PARSED:
-        tree = ast.parse(path.read_text(), filename=str(path))
-        _PARSED[path] = [(node.lineno, lazy, _names(node, path)) for node, lazy in _import_nodes(tree)]
+        _PARSED[path] = [(node.lineno, lazy, _names(node, path)) for node, lazy in _import_nodes(tree_of(path))]
     return _PARSED[path]
 
 
@@ -265,12 +272,16 @@ def test_no_module_is_over_500_lines():
             f"no module over {MAX_LINES} lines")
 
 
+_FUNCTIONS: dict[Path, list[tuple[str, int, int]]] = {}
+
+
 def functions(path: Path) -> Iterator[tuple[str, int, int]]:
     """(name, first line, lines) of every function and method of a file, nested ones too;
     the lines run from ``def`` (decorators not counted) to the last, docstring included."""
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
+    if path not in _FUNCTIONS:
+        _FUNCTIONS[path] = [(node.name, node.lineno, node.end_lineno - node.lineno + 1) for node in ast.walk(tree_of(path))
+                            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    yield from _FUNCTIONS[path]
 
 
 def test_no_function_is_over_60_lines():

@@ -238,6 +238,7 @@ def test_bad_input_is_one_input_error_naming_the_problem(qrels, run, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # a fresh interpreter (what `import pipeline` loads): a process, docs/testing.md
 def test_importing_pipeline_stays_light():
     code = ("import sys, pipeline; assert 'pipeline.api' not in sys.modules and 'pandas' not in sys.modules; "
             "pipeline.evaluate; assert 'pipeline.api' in sys.modules; print(sorted(pipeline.__all__))")
@@ -265,6 +266,7 @@ def test_pipeline_compare_is_a_plain_function_with_its_own_signature_and_docstri
     assert pipeline.compare is api_compare  # a failed import binds nothing
 
 
+@pytest.mark.slow  # a fresh interpreter (what `import pipeline` loads): a process, docs/testing.md
 def test_old_command_spelling_still_runs_and_leaves_pipeline_compare_the_function():
     code = ("import runpy, sys, pipeline\n"
             "sys.argv = ['pipeline.compare', '--help']\n"

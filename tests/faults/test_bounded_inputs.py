@@ -113,6 +113,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+@pytest.mark.slow  # a process of its own under an address-space limit, docs/testing.md
 def test_pool_depth_is_capped_at_the_corpus_size(tmp_path):
     """``--depth 1000000000`` tried to allocate 387 GiB on the --run path: now it pools as deep
     as the corpus, the same pool as --depth <corpus size>, within 2 GiB of address space.

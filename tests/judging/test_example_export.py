@@ -12,10 +12,8 @@ import re
 import statistics
 from pathlib import Path
 
-import krippendorff
 import numpy as np
 import pytest
-from sklearn.metrics import cohen_kappa_score
 
 from pipeline.cli import judgments as command
 from pipeline.io.formats import read_qrels
@@ -64,6 +62,9 @@ def test_the_example_is_small_graded_by_two_annotators_and_on_the_sample_collect
 
 
 def test_the_example_gives_the_qrels_and_agreement_of_the_oracle(judged):
+    import krippendorff  # the oracles, imported where used: sklearn costs ~1 s at collection on every worker
+    from sklearn.metrics import cohen_kappa_score
+
     out, _ = judged
     grades = _oracle_grades()
     for who, by in grades.items():
@@ -90,6 +91,9 @@ def test_the_example_gives_the_qrels_and_agreement_of_the_oracle(judged):
 
 
 def test_the_reading_line_of_the_example(judged):
+    import krippendorff
+    from sklearn.metrics import cohen_kappa_score
+
     _, printed = judged
     grades = _oracle_grades()
     items = sorted(grades["ann@example.org"])

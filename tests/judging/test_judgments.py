@@ -6,10 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 
-import krippendorff
 import numpy as np
 import pytest
-from sklearn.metrics import cohen_kappa_score
 
 from pipeline.cli import judgments as command
 from pipeline.io.formats import read_qrels
@@ -33,6 +31,9 @@ def _random_grades(seed: int, n_items: int = 60, missing: float = 0.25) -> dict[
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_agreement_equals_sklearn_and_krippendorff(seed, make_export, write_export):
+    import krippendorff  # the oracles, imported where used (sklearn: ~1 s at collection on every worker)
+    from sklearn.metrics import cohen_kappa_score
+
     grades = _random_grades(seed)
     stats = jd.agreement(jd.read_export(write_export(make_export(grades))), relevance_level=2)
     pairs = {tuple(p["annotators"]): p for p in stats["pairs"]}
@@ -62,6 +63,8 @@ def test_agreement_equals_sklearn_and_krippendorff(seed, make_export, write_expo
 def test_kappa_uses_grade_distances_not_label_positions():
     """Grades 0 and 3 only: quadratic weights are 9 apart (sklearn with the 0-3 labels),
     not 1 (sklearn with the labels it sees)."""
+    from sklearn.metrics import cohen_kappa_score
+
     a, b = [0, 0, 3, 3, 1], [0, 3, 3, 3, 0]
     assert jd.quadratic_kappa(np.array(a), np.array(b)) == pytest.approx(
         cohen_kappa_score(a, b, weights="quadratic", labels=[0, 1, 2, 3]))

@@ -807,6 +807,25 @@ def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     )
 
 
+def _bad_beir(tmp_path: Path, case: str) -> Path:
+    """A BEIR folder with one mistake (``case``); "missing": no folder at all."""
+    folder = tmp_path / "data"
+    if case == "malformed":
+        write_beir(folder, docs=json.dumps(DOCS[0]) + "\n{broken\n")
+    elif case == "grade":
+        write_beir(folder, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq3\td3\tx\n")
+    elif case == "duplicate":
+        write_beir(folder, queries=QUERIES + [{"_id": "q1", "text": "again"}])
+    return folder
+
+
+def _assert_one_line(result, folder: Path, where: str, words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    expected = f"error: {folder / where}" if where else f"error: {folder}"
+    assert expected in result.stderr and words in result.stderr
+
+
 @pytest.mark.skipif(not HAS_MAIN, reason="pipeline/__main__.py (the app) is not written yet")
 @pytest.mark.parametrize(
     "case, where, words",
@@ -818,21 +837,19 @@ def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_cli_reports_bad_input_with_status_2(tmp_path, case, where, words):
-    """The job in this process (tests/commands.py), but for the first case: a process, the
-    process-level check that the command line's job ends in one line and status 2."""
-    folder = tmp_path / "data"
-    if case == "malformed":
-        write_beir(folder, docs=json.dumps(DOCS[0]) + "\n{broken\n")
-    elif case == "grade":
-        write_beir(folder, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq3\td3\tx\n")
-    elif case == "duplicate":
-        write_beir(folder, queries=QUERIES + [{"_id": "q1", "text": "again"}])
-    if case == "malformed":
-        result = run_cli(tmp_path, "dataset=beir", f"dataset.path={folder}")
-    else:
-        result = run_job_command("dataset=beir", f"dataset.path={folder}", f"hydra.run.dir={tmp_path / 'hydra'}",
-                                 f"paths.root={tmp_path / 'outputs'}")
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    expected = f"error: {folder / where}" if where else f"error: {folder}"
-    assert expected in result.stderr and words in result.stderr
+    """The job in this process (tests/commands.py); the same as a process:
+    test_the_command_lines_job_ends_bad_input_in_one_line_and_status_2."""
+    folder = _bad_beir(tmp_path, case)
+    result = run_job_command("dataset=beir", f"dataset.path={folder}", f"hydra.run.dir={tmp_path / 'hydra'}",
+                             f"paths.root={tmp_path / 'outputs'}")
+    _assert_one_line(result, folder, where, words)
+
+
+@pytest.mark.slow  # a process: ``python -m pipeline`` costs seconds of start-up (docs/testing.md)
+@pytest.mark.skipif(not HAS_MAIN, reason="pipeline/__main__.py (the app) is not written yet")
+def test_the_command_lines_job_ends_bad_input_in_one_line_and_status_2(tmp_path):
+    """Process-level: ``python -m pipeline`` on a malformed corpus prints one line (the one
+    ``pipeline.job.run_job`` prints before ``sys.exit(2)`` inside Hydra's main) and exits 2."""
+    folder = _bad_beir(tmp_path, "malformed")
+    _assert_one_line(run_cli(tmp_path, "dataset=beir", f"dataset.path={folder}"), folder, "corpus.jsonl:2",
+                     "malformed JSON")
