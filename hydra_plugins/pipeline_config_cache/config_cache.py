@@ -5,8 +5,9 @@
 ``available`` are the inner source's. ``load_config`` reads the file's bytes (a read, no
 parse) and, when they are the bytes it parsed before, returns a deep copy of that parse
 (Hydra deletes ``defaults`` from what it loads and merges into it); otherwise the inner
-source loads it, as Hydra would, and the result is kept if the file did not change while it
-was read. A file that cannot be read as bytes is loaded by the inner source every time. The
+source loads it, as Hydra would, and a copy is kept once the same bytes have been loaded
+twice (a single job, which composes once, pays for no copy), if the file did not change
+while it was read. A file that cannot be read as bytes is loaded by the inner source every time. The
 memo lives in this module, not in the source: Hydra deep-copies its sources for every
 composition.
 
@@ -36,8 +37,9 @@ SCHEME = "pipelinecache"
 #: The schemes of Hydra's sources that this one wraps (their files can be read as bytes).
 WRAPPED = ("file", "pkg")
 
-#: (inner source's full path, config path) -> (the file's bytes, the inner source's result)
-_MEMO: Dict[Tuple[str, str], Tuple[bytes, ConfigResult]] = {}
+#: (inner source's full path, config path) -> (the file's bytes, a copy of the inner source's
+#: result, None until the file has been loaded twice with these bytes)
+_MEMO: Dict[Tuple[str, str], Tuple[bytes, Optional[ConfigResult]]] = {}
 _LOCK = threading.Lock()
 
 
@@ -49,7 +51,7 @@ def clear() -> None:
 
 def memo_size() -> int:
     """How many parses are kept (tests, debugging)."""
-    return len(_MEMO)
+    return sum(result is not None for _, result in _MEMO.values())
 
 
 def scheme_of(path: str) -> str:
@@ -112,12 +114,15 @@ class CachedConfigSource(ConfigSource):
         now = file_bytes(self.inner, config_path)
         with _LOCK:
             held = _MEMO.get(key)
-        if now is not None and held is not None and held[0] == now:
+        if now is not None and held is not None and held[0] == now and held[1] is not None:
             return fresh(held[1])
         result = self.inner.load_config(config_path)  # Hydra's own load (and its errors)
         if now is not None and file_bytes(self.inner, config_path) == now:  # not changed while read
+            # The first load keeps only the bytes: a single job composes once, and a copy
+            # kept for later would cost it more than the parse. The second keeps a copy.
+            kept = fresh(result) if held is not None and held[0] == now else None
             with _LOCK:
-                _MEMO[key] = (now, fresh(result))
+                _MEMO[key] = (now, kept)
         return result
 
     def available(self) -> bool:

@@ -141,3 +141,14 @@ def test_cfg_job_and_info_still_work():
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert info.returncode == 0, info.stderr
     assert f"pipelinecache://file://{ROOT / 'conf'}" in info.stdout
+
+
+def test_a_file_loaded_once_keeps_no_copy_and_a_second_load_keeps_one(tmp_path):
+    cache = _cache_module()
+    cache.clear()
+    (tmp_path / "config.yaml").write_text("x: 1\n")
+    source = cache.CachedConfigSource("main", f"{cache.SCHEME}://file://{tmp_path}")
+    assert source.load_config("config").config.x == 1 and cache.memo_size() == 0  # a single job: no copy
+    assert source.load_config("config").config.x == 1 and cache.memo_size() == 1
+    (tmp_path / "config.yaml").write_text("x: 2\n")
+    assert source.load_config("config").config.x == 2 and cache.memo_size() == 0
