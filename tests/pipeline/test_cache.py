@@ -304,6 +304,7 @@ def test_damaged_ranking_entry_is_recomputed(tmp_path, caplog):
     assert not hit and again is ranking and "unreadable" in caplog.text
 
 
+@pytest.mark.slow  # a fresh interpreter (what an import loads): a process, docs/testing.md
 def test_cache_imports_no_retrievers():
     """pipeline.io.cache is an input/output module: importing it loads no retriever code."""
     code = "import sys, pipeline.io.cache; print(sorted(m for m in sys.modules if m.split('.')[0] == 'retrievers'))"
