@@ -124,8 +124,14 @@ def _child(task: Callable[[], int | None], out_w: int, err_w: int) -> None:
     status = 1
     atexit._clear()  # the parent's exit handlers are the parent's; the child's own run at its end
     try:
+        null = os.open(os.devnull, os.O_RDONLY)  # nothing to read, as with stdin=DEVNULL
+        os.dup2(null, 0)
+        os.close(null)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
+        os.close(out_w)
+        os.close(err_w)
+        sys.stdin = io.TextIOWrapper(os.fdopen(0, "rb", closefd=False))
         sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
         root = logging.getLogger()
