@@ -4,12 +4,14 @@ handler) but not what a new interpreter prints before ``main`` (those stay ``sub
 
 A fork costs milliseconds where ``python -c`` pays the imports again (MLflow alone ~2 s). The
 child starts as a new process would for what the checks read: its own standard output and
-error (pipes the parent reads), the root logger without pytest's handlers, and no MLflow store
-or database connection of the parent's (dropped without closing them: they are the parent's).
+error (pipes the parent reads), the root logger without pytest's handlers, no MLflow store or
+database connection of the parent's (dropped without closing them: they are the parent's), and
+at its end the exit handlers it registered (not the parent's), then ``os._exit``.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import os
@@ -99,6 +101,7 @@ def pipeline_child(*args: str, env: Mapping[str, str] | None = None, cwd: str | 
         if prepare is not None:
             prepare()
         sys.argv = ["pipeline", *args]
+        sys.modules.pop("pipeline.__main__", None)  # run as __main__, as -m does (runpy warns otherwise)
         runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
         return 0
 
@@ -119,9 +122,16 @@ def _drain(fd: int, into: list[bytes]) -> None:
 
 def _child(task: Callable[[], int | None], out_w: int, err_w: int) -> None:
     status = 1
+    atexit._clear()  # the parent's exit handlers are the parent's; the child's own run at its end
     try:
+        null = os.open(os.devnull, os.O_RDONLY)  # nothing to read, as with stdin=DEVNULL
+        os.dup2(null, 0)
+        os.close(null)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
+        os.close(out_w)
+        os.close(err_w)
+        sys.stdin = io.TextIOWrapper(os.fdopen(0, "rb", closefd=False))
         sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
         root = logging.getLogger()
@@ -143,6 +153,11 @@ def _child(task: Callable[[], int | None], out_w: int, err_w: int) -> None:
         status = 1
     finally:
         try:
+            # What the interpreter does at exit, in its order (Py_FinalizeEx): the threading
+            # shutdown (joblib's loky executor stops its workers there: left alive, they would
+            # hold the output pipes open), then the exit handlers the child registered.
+            threading._shutdown()
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from commands import job_in_process, run_command
+from forked import pipeline_child
 
 from pipeline.errors import InputError
 
@@ -319,11 +320,12 @@ def test_json_into_head_ends_quietly(tmp_path):
 
 def test_output_folder_that_cannot_be_created_is_one_line(tmp_path):
     """Process-level: Hydra makes the run or sweep folder inside its own error handling (a
-    traceback and exit 1 without ``console.OutputDirCheck``)."""
+    traceback and exit 1 without ``console.OutputDirCheck``). ``python -m pipeline`` in a child
+    forked from this process (tests/forked.py: pipeline/__main__.py, Hydra's exit, its status)."""
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     for overrides in ([f"hydra.run.dir={a_file}/run"], ["--multirun", "k=3,5"]):
-        proc = _cli("-m", "pipeline", *overrides, f"paths.root={a_file}/out", "tracking=none")
+        proc = pipeline_child(*overrides, f"paths.root={a_file}/out", "tracking=none", env=ENV, cwd=REPO).wait(120)
         line = one_line_error(proc, "cannot create the output folder", str(a_file))
         assert ("hydra.sweep.dir" if "--multirun" in overrides else "hydra.run.dir") in line
 

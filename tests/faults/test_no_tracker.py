@@ -52,10 +52,12 @@ def _runs(store: str) -> list:
     return client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=100)
 
 
-def test_a_sweep_closes_its_parent_with_its_summary_in_its_own_process(tmp_path):
+def test_a_sweep_closes_its_parent_with_its_summary_in_its_own_process(tmp_path, store):
+    """A new interpreter (the marker is in its environment from its start); its store is the
+    ``store`` fixture's migrated copy at ``paths.root/mlflow.db``, where the sweep logs."""
     from mlflow import MlflowClient
 
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert store == f"sqlite:///{tmp_path / 'mlflow.db'}"
     sweep = tmp_path / "sweep"
     proc = _run_marked("pipeline", "-m", "k=3,5", f"paths.root={tmp_path}", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]

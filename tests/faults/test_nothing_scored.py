@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from commands import run_command, run_job_command
+from forked import pipeline_child
 
 from pipeline.metrics import judged_warning
 
 # Jobs and commands run in this process (tests/commands.py: the status and output a process
-# would give); the sweep is a process (python -m pipeline -m).
+# would give); the sweep is a process: a child forked from this one that runs
+# pipeline/__main__.py (tests/forked.py), its exit status the sweep's.
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
@@ -40,12 +40,11 @@ def _env() -> dict[str, str]:
 
 
 def _run(*args: str, module: str = "pipeline"):
-    """``python -m MODULE ARGS``: a command in this process, a sweep (``-m``) as a process."""
+    """``python -m MODULE ARGS``: a command in this process, a sweep (``-m``) in a forked child."""
     if module != "pipeline":
         return run_command(module.split(".", 1)[1], *args)
     assert "-m" in args, "a single job: _job"
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return pipeline_child(*args, env=_env(), cwd=ROOT).wait(300)
 
 
 def _job(tmp_path: Path, *overrides: str):

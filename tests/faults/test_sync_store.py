@@ -12,7 +12,7 @@ never trusted alone.
 - A record whose metric is a string: one line naming the file and the key, exit 2.
 
 Sync and the single job run in this process (tests/commands.py); the sweep is a process, made
-once for the module.
+once for the module: a child forked from this one that runs pipeline/__main__.py (tests/forked.py).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from commands import job_in_process, run_command
+from forked import pipeline_child
 
 from pipeline import tracking
 from pipeline.io import results as res
@@ -38,11 +37,6 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
     env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
     return env
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
 
 
 @pytest.fixture
@@ -69,7 +63,8 @@ def _tree(folder: Path) -> dict[str, tuple[int, bytes]]:
 def sweep(tmp_path_factory) -> Path:
     """A finished sweep of two jobs logged to its own sqlite store (``<root>/mlflow.db``)."""
     root = tmp_path_factory.mktemp("sweep")
-    proc = _run("-m", "pipeline", "-m", "k=3,5", f"paths.root={root}", f"hydra.sweep.dir={root / 'sweep'}")
+    proc = pipeline_child("-m", "k=3,5", f"paths.root={root}", f"hydra.sweep.dir={root / 'sweep'}", env=_env(),
+                          cwd=ROOT).wait(TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "sweep"
 

@@ -20,7 +20,9 @@ session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
   or the runs. (This was tests/faults/test_secrets.py, on a server of its own.)
 
 The sweeps and the refused job are processes (what they check is three processes at once, a
-process's exit status and console); the accepted job, the job with the password in its URI and
+process's exit status and console): the refused job and the password test's sweep are
+``python -m pipeline``, the three sweeps children forked from this process that run
+``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted job, the job with the password in its URI and
 the syncs run in this process (tests/commands.py), with the environment they would get.
 """
 
@@ -38,6 +40,7 @@ from pathlib import Path
 import pytest
 from commands import run_command, run_job_command
 from e2e_servers import quiet_env
+from forked import pipeline_child
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,33 +132,23 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     for n in range(1, SWEEPS + 1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
-        cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=joblib", f"k={','.join(map(str, KS))}",
-               "tracking=server", f"tracking.uri={team_server.uri}", f"paths.root={root}",
-               f"hydra.sweep.dir={root / 'multirun'}"]
-        out, err = open(root / "stdout.txt", "wb"), open(root / "stderr.txt", "wb")
-        procs.append((root, subprocess.Popen(cmd, cwd=REPO, env=team_server.env(user), stdout=out, stderr=err,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)))
-        out.close()
-        err.close()
+        args = ["-m", "hydra/launcher=joblib", f"k={','.join(map(str, KS))}", "tracking=server",
+                f"tracking.uri={team_server.uri}", f"paths.root={root}", f"hydra.sweep.dir={root / 'multirun'}"]
+        # Three processes forked from this one, each in a session of its own (its joblib workers
+        # with it): tests/forked.py runs pipeline/__main__.py there, without a new interpreter.
+        procs.append((root, pipeline_child(*args, env=team_server.env(user), cwd=REPO, prepare=os.setsid)))
 
     deadline = time.monotonic() + SWEEP_TIMEOUT_S
-    try:
-        for root, proc in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for _, proc in procs:  # the sweeps and their joblib workers
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-
-    outputs = {root: ((root / "stdout.txt").read_text(errors="replace"),
-                      (root / "stderr.txt").read_text(errors="replace")) for root, _ in procs}
-    for root, proc in procs:
-        stdout, stderr = outputs[root]
-        assert proc.returncode == 0, (f"{root.name} exited {proc.returncode} (-9: killed after "
-                                      f"{SWEEP_TIMEOUT_S} s)\n{_explain(stdout)}\n{_explain(stderr)}\n"
+    while any(proc.poll() is None for _, proc in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for _, proc in procs:  # the sweeps and their joblib workers
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    outputs = {root: proc.wait(timeout=30) for root, proc in procs}
+    for root, _ in procs:
+        done = outputs[root]
+        assert done.returncode == 0, (f"{root.name} exited {done.returncode} (-9: killed after "
+                                      f"{SWEEP_TIMEOUT_S} s)\n{_explain(done.stdout)}\n{_explain(done.stderr)}\n"
                                       f"--- server ---\n{team_server.server.log_tail()}")
 
     client = team_server.client(monkeypatch)
@@ -199,7 +192,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     assert sorted(stored) == sorted((r.info.run_id, "FINISHED") for r in all_runs)
 
     for root, _ in procs:  # alice's password: nowhere in what the sweeps wrote or logged
-        stdout, stderr = outputs[root]
+        stdout, stderr = outputs[root].stdout, outputs[root].stderr
         _no_secret(password, f"{root.name} stdout", stdout)
         _no_secret(password, f"{root.name} stderr", stderr)
         _files_without(password, root / "multirun")
