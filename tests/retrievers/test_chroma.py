@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import adapters_fixtures
+from commands import job_in_process
 from pipeline.cli import index as index_command
 from pipeline.errors import InputError
 from pipeline.metrics import evaluate
@@ -122,11 +123,10 @@ def test_another_encoder_than_the_collections_is_refused(loaded):
 def test_a_job_on_chroma_logs_the_recall_against_exact_search_as_a_metric(loaded, tmp_path):
     import json
 
-    import pipeline
-
-    job = pipeline.run_job(["retriever=chroma", "retriever.host=127.0.0.1", f"retriever.port={loaded['port']}",
-                            "retriever.collection=sample", "retriever.show_progress_bar=false",
-                            f"cache_dir={loaded['cache']}", "tracking=none", f"hydra.run.dir={tmp_path / 'job'}"])
+    # pipeline.run_job in this process (tests/commands.py), without the figures: not what is checked
+    job = job_in_process("retriever=chroma", "retriever.host=127.0.0.1", f"retriever.port={loaded['port']}",
+                         "retriever.collection=sample", "retriever.show_progress_bar=false",
+                         f"cache_dir={loaded['cache']}", "tracking=none", f"hydra.run.dir={tmp_path / 'job'}")
     metrics = json.loads((tmp_path / "job" / "results" / "record.json").read_text())["metrics"]
     assert 0.9 <= metrics["chroma_recall_at_k"] <= 1.0  # HNSW on 171 documents: (nearly) exact
     assert metrics["chroma_recall_queries"] == 52 and metrics["chroma_recall_k"] == 20  # depth: k_max = 20
