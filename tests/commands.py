@@ -51,7 +51,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 #: The signals whose handlers a command may set (the tracking code's and the progress bar's).
 _SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGPIPE", None)) if s is not None)
@@ -137,23 +137,46 @@ def run_pipeline_command(*args: str | os.PathLike[str], cwd: str | os.PathLike[s
     would print it (under a tracer such as coverage, or a debugger, Hydra re-raises an error it
     would print briefly: the full traceback, the same status 1). ``cwd``/``env``: as for
     :func:`run_command`."""
-    from hydra.core.global_hydra import GlobalHydra
-
     import pipeline.__main__ as app
 
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
     with _process_state("__main__", argv, cwd, env, None), _fresh_mlflow(), _fresh_pipeline_state():
-        GlobalHydra.instance().clear()
+        _forget_hydra()
         _process_warnings()
+        bars = _quiet_hub_bars()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
                 status = _status(lambda: app.entry(argv))
                 for stream in (sys.stdout, sys.stderr):
                     stream.flush()
         finally:
-            GlobalHydra.instance().clear()
+            _forget_hydra()
+            bars()
     return Result(status, out.getvalue(), err.getvalue())
+
+
+def _forget_hydra() -> None:
+    """Hydra's process-wide state as a new process has it: not initialized, and no
+    ``HydraConfig`` (``--help``, ``--cfg`` and ``--info`` set it and never unset it; a later
+    in-process job would read that half-made config as its own)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    GlobalHydra.instance().clear()
+    HydraConfig.instance().cfg = None
+
+
+def _quiet_hub_bars() -> Callable[[], None]:
+    """Hugging Face's progress bars ("Loading weights") off while standard error is not a
+    terminal, as ``pipeline.console.setup`` has them in a new process: there the environment
+    variable it sets is read when huggingface_hub is imported, here it was imported before.
+    Returns what puts the setting back."""
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is None or sys.stderr.isatty() or hub.are_progress_bars_disabled():
+        return lambda: None
+    hub.disable_progress_bars()
+    return hub.enable_progress_bars
 
 
 def _process_warnings() -> None:

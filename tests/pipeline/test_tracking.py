@@ -115,7 +115,6 @@ def test_a_sweeps_table_is_logged_as_mlflow_log_table_logs_it_into_a_folder(tmp_
 def test_an_interrupt_during_a_write_takes_effect_after_it():
     """SIGINT inside ``signals_deferred`` (every write to a sqlite store) does not cut the
     write short: the block runs to its end, then the interrupt is raised as usual."""
-    import os
     import signal
 
     from pipeline.tracking.store import signals_deferred
@@ -123,7 +122,10 @@ def test_an_interrupt_during_a_write_takes_effect_after_it():
     steps = []
     with pytest.raises(KeyboardInterrupt):
         with signals_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
+            # raise(3): to this thread, so its C handler has run before the call returns
+            # (os.kill may hand the process's signal to another thread, one that a loaded
+            # machine runs only after the block has ended)
+            signal.raise_signal(signal.SIGINT)
             for _ in range(1000):  # the signal is handled at some bytecode boundary in here
                 pass
             steps.append("the write finished")
