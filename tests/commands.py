@@ -170,13 +170,21 @@ def _forget_hydra() -> None:
 def _quiet_hub_bars() -> Callable[[], None]:
     """Hugging Face's progress bars ("Loading weights") off while standard error is not a
     terminal, as ``pipeline.console.setup`` has them in a new process: there the environment
-    variable it sets is read when huggingface_hub is imported, here it was imported before.
-    Returns what puts the setting back."""
+    variable it sets is read when huggingface_hub and transformers are imported (transformers
+    keeps its own copy of the setting), here they were imported before. Returns what puts the
+    settings back."""
     hub = sys.modules.get("huggingface_hub.utils")
-    if hub is None or sys.stderr.isatty() or hub.are_progress_bars_disabled():
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if sys.stderr.isatty():
         return lambda: None
-    hub.disable_progress_bars()
-    return hub.enable_progress_bars
+    restore = []
+    if hub is not None and not hub.are_progress_bars_disabled():
+        hub.disable_progress_bars()
+        restore.append(hub.enable_progress_bars)
+    if hf_logging is not None and hf_logging.is_progress_bar_enabled():
+        hf_logging.disable_progress_bar()
+        restore.append(hf_logging.enable_progress_bar)
+    return lambda: [undo() for undo in reversed(restore)] and None
 
 
 def _process_warnings() -> None:
