@@ -241,23 +241,14 @@ def _fresh_pipeline_state() -> Iterator[None]:
 
 def _call(name: str, args: list[str]) -> int:
     """The command's status; what the interpreter would print for an uncaught exception."""
-    try:
-        code = importlib.import_module(f"pipeline.cli.{name}").main(list(args))
-    except SystemExit as stop:
-        code = stop.code
-        if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1
-            print(code, file=sys.stderr)
-            code = 1
-    except Exception:  # noqa: BLE001 - the traceback a process would print, and status 1
-        traceback.print_exc(file=sys.stderr)
-        code = 1
-    return 0 if code is None else int(code)
+    return _status(lambda: importlib.import_module(f"pipeline.cli.{name}").main(list(args)))
 
 
-def forget_stores() -> None:
+def forget_stores(close: bool = True) -> None:
     """Drop the MLflow stores, database engines and clients this process has cached (the
     pipeline's ``tracking.store._client``, MLflow's store registry and SQLAlchemy engines),
-    closing their connections. Nothing to do when neither was imported."""
+    closing their connections; ``close=False``: without closing them (a forked child's, which
+    are its parent's, tests/forked.py). Nothing to do when neither was imported."""
     store = sys.modules.get("pipeline.tracking.store")
     if store is not None:
         store._client.cache_clear()
@@ -268,7 +259,7 @@ def forget_stores() -> None:
     if sqlalchemy_store is not None:
         engines = sqlalchemy_store.SqlAlchemyStore._engine_map
         for engine in list(engines.values()):
-            engine.dispose()
+            engine.dispose(close=close)
         engines.clear()
 
 

@@ -3,6 +3,11 @@ the files for ``-n 2 --dist loadfile``."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+
 #: The session-scoped servers of the end-to-end layer (MLflow, PostgreSQL, Chroma, Ray,
 #: Label Studio), started once per session and shared between files; docs/testing.md.
 pytest_plugins = ("e2e_servers",)
@@ -33,3 +38,22 @@ def pytest_configure(config):
     # slowest files (few tests, minutes each) last on one worker. Keep the order of FIRST.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory) -> Path:
+    """One sqlite store made by ``tracking.ensure_store`` (as a job makes it), migrated once a
+    session: creating and migrating a store costs a second or more each time."""
+    from pipeline import tracking
+
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
+    return db
+
+
+@pytest.fixture
+def store(tmp_path, migrated_store) -> str:
+    """A fresh copy of the migrated store in the test's folder: ``sqlite:///<tmp_path>/mlflow.db``."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(migrated_store, db)
+    return f"sqlite:///{db}"

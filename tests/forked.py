@@ -22,7 +22,7 @@ import time
 import traceback
 from typing import Callable, Mapping
 
-from commands import Result
+from commands import Result, forget_stores
 
 TIMEOUT_S = 300
 
@@ -167,15 +167,4 @@ def _child(task: Callable[[], int | None], out_w: int, err_w: int) -> None:
 def _drop_parent_stores() -> None:
     """Forget the MLflow stores, engines and clients cached before the fork, without closing
     their connections (the parent still uses them)."""
-    store = sys.modules.get("pipeline.tracking.store")
-    if store is not None:
-        store._client.cache_clear()
-    registry = sys.modules.get("mlflow.tracking._tracking_service.utils")
-    if registry is not None:
-        registry._tracking_store_registry._get_store_with_resolved_uri.cache_clear()
-    sqlalchemy_store = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
-    if sqlalchemy_store is not None:
-        engines = sqlalchemy_store.SqlAlchemyStore._engine_map
-        for engine in list(engines.values()):
-            engine.dispose(close=False)
-        engines.clear()
+    forget_stores(close=False)

@@ -1,10 +1,10 @@
 """Shared fixtures for the pipeline tests: a runner for ``python -m pipeline`` as a subprocess
-(cwd = the repo root, outputs under tmp_path) and a migrated MLflow store. The MLflow servers
-(``mlflow_server``, ``stopped_mlflow_server``) are the session's, in tests/e2e_servers.py."""
+(cwd = the repo root, outputs under tmp_path). The migrated MLflow store (``store``) is the
+suite's, in tests/conftest.py; the MLflow servers (``mlflow_server``, ``stopped_mlflow_server``)
+are the session's, in tests/e2e_servers.py."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,21 +44,3 @@ def run_pipeline(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
 
     run.results_dir = tmp_path / "run" / "results"  # type: ignore[attr-defined]
     return run
-
-
-@pytest.fixture(scope="session")
-def migrated_store(tmp_path_factory) -> Path:
-    """One migrated MLflow sqlite store; tests copy it (creating one costs about a second)."""
-    from mlflow import MlflowClient
-
-    db = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-    return db
-
-
-@pytest.fixture
-def store(tmp_path, migrated_store) -> str:
-    """A fresh copy of the migrated store in the test's folder: ``sqlite:///...``."""
-    db = tmp_path / "mlflow.db"
-    shutil.copy(migrated_store, db)
-    return f"sqlite:///{db}"
