@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -23,12 +22,9 @@ from pipeline.job import run_job
 from pipeline.sweep import on_interrupt, on_sweep_error
 
 
-#: The config folder, absolute: the same search path whether this module runs as ``__main__``
-#: (``python -m pipeline``, where Hydra resolves ``../conf`` against this file) or is imported.
-CONF = str(Path(__file__).resolve().parent.parent / "conf")
-
-
-@hydra.main(version_base="1.3", config_path=CONF, config_name="config")
+# The config folder, absolute (pipeline.config.CONF_DIR): the same search path whether this
+# module runs as ``__main__`` (where Hydra resolves ``../conf`` against this file) or is imported.
+@hydra.main(version_base="1.3", config_path=str(pipeline.config.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
     return run_job(cfg)
 

@@ -51,7 +51,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 #: The signals whose handlers a command may set (the tracking code's and the progress bar's).
 _SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGPIPE", None)) if s is not None)
@@ -144,15 +144,14 @@ def run_pipeline_command(*args: str | os.PathLike[str], cwd: str | os.PathLike[s
     with _process_state("__main__", argv, cwd, env, None), _fresh_mlflow(), _fresh_pipeline_state():
         _forget_hydra()
         _process_warnings()
-        bars = _quiet_hub_bars()
         try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fresh_root_logger():
-                status = _status(lambda: app.entry(argv))
+            with _quiet_hub_bars(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                    _fresh_root_logger():
+                status = process_status(lambda: app.entry(argv))
                 for stream in (sys.stdout, sys.stderr):
                     stream.flush()
         finally:
             _forget_hydra()
-            bars()
     return Result(status, out.getvalue(), err.getvalue())
 
 
@@ -167,24 +166,27 @@ def _forget_hydra() -> None:
     HydraConfig.instance().cfg = None
 
 
-def _quiet_hub_bars() -> Callable[[], None]:
-    """Hugging Face's progress bars ("Loading weights") off while standard error is not a
-    terminal, as ``pipeline.console.setup`` has them in a new process: there the environment
-    variable it sets is read when huggingface_hub and transformers are imported (transformers
-    keeps its own copy of the setting), here they were imported before. Returns what puts the
-    settings back."""
+@contextlib.contextmanager
+def _quiet_hub_bars() -> Iterator[None]:
+    """Hugging Face's progress bars ("Loading weights") off during the block while standard
+    error is not a terminal, as ``pipeline.console.setup`` has them in a new process: there the
+    environment variable it sets is read when huggingface_hub and transformers are imported
+    (transformers keeps its own copy of the setting), here they were imported before."""
     hub = sys.modules.get("huggingface_hub.utils")
     hf_logging = sys.modules.get("transformers.utils.logging")
-    if sys.stderr.isatty():
-        return lambda: None
-    restore = []
-    if hub is not None and not hub.are_progress_bars_disabled():
-        hub.disable_progress_bars()
-        restore.append(hub.enable_progress_bars)
-    if hf_logging is not None and hf_logging.is_progress_bar_enabled():
-        hf_logging.disable_progress_bar()
-        restore.append(hf_logging.enable_progress_bar)
-    return lambda: [undo() for undo in reversed(restore)] and None
+    undo = []
+    if not sys.stderr.isatty():
+        if hub is not None and not hub.are_progress_bars_disabled():
+            hub.disable_progress_bars()
+            undo.append(hub.enable_progress_bars)
+        if hf_logging is not None and hf_logging.is_progress_bar_enabled():
+            hf_logging.disable_progress_bar()
+            undo.append(hf_logging.enable_progress_bar)
+    try:
+        yield
+    finally:
+        for on in reversed(undo):
+            on()
 
 
 def _process_warnings() -> None:
@@ -202,7 +204,7 @@ def _process_warnings() -> None:
     warnings.showwarning = show
 
 
-def _status(entry: Any) -> int:
+def process_status(entry: Any) -> int:
     """``entry()``'s status as the process's: its return value or ``SystemExit``'s code; an
     uncaught exception's traceback on stderr and 1."""
     try:
@@ -241,7 +243,7 @@ def _fresh_pipeline_state() -> Iterator[None]:
 
 def _call(name: str, args: list[str]) -> int:
     """The command's status; what the interpreter would print for an uncaught exception."""
-    return _status(lambda: importlib.import_module(f"pipeline.cli.{name}").main(list(args)))
+    return process_status(lambda: importlib.import_module(f"pipeline.cli.{name}").main(list(args)))
 
 
 def forget_stores(close: bool = True) -> None:

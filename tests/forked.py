@@ -22,7 +22,7 @@ import time
 import traceback
 from typing import Callable, Mapping
 
-from commands import Result, forget_stores
+from commands import Result, forget_stores, process_status
 
 TIMEOUT_S = 300
 
@@ -140,14 +140,7 @@ def _child(task: Callable[[], int | None], out_w: int, err_w: int) -> None:
         root.setLevel(logging.WARNING)
         logging.disable(logging.NOTSET)
         _drop_parent_stores()
-        try:
-            code = task()
-        except SystemExit as stop:
-            code = stop.code
-            if code is not None and not isinstance(code, int):
-                print(code, file=sys.stderr)
-                code = 1
-        status = 0 if code is None else int(code)
+        status = process_status(task)
     except BaseException:  # noqa: BLE001 - what the interpreter would print, and status 1
         traceback.print_exc(file=sys.stderr)
         status = 1

@@ -28,9 +28,9 @@ import pandas as pd
 import pytest
 import scipy.stats
 from commands import run_pipeline_command
+from test_sweep_ties import per_query
 
 from pipeline import stats
-from pipeline.io import results as res
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -194,16 +194,6 @@ def cu_sweep(tmp_path_factory, migrated_store):
     return proc, root / "tracked", store, before
 
 
-def _per_query(folder: Path, metric: str):
-    """Each job's per-query values of ``metric`` (evaluated queries), by run name."""
-    out = {}
-    for results in res.find_results([folder]):
-        table = pd.read_csv(results / "per_query.csv", dtype={"query_id": str})
-        table = table[table["evaluated"]].sort_values("query_id")
-        out[res.read_record(results)["run_name"]] = table[metric].to_numpy(np.float64)
-    return out
-
-
 def _parent(store: str):
     _, parents, _ = _sweep_runs(store)
     (parent,) = parents
@@ -251,7 +241,7 @@ def test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follow
     """(From test_sweep_ties.py, on this module's tracked sweep.) Exact ties are ties: the jobs
     with identical per-query values are one result, and the tie set follows the test."""
     proc, folder, store, _ = cu_sweep
-    values = _per_query(folder, "context_utility_at_10")
+    values = per_query(folder, "context_utility_at_10")
     report = json.loads((folder / "summary" / "compare" / "report.json").read_text())
     groups = report["distinct"]["context_utility_at_10"]
     # context_utility_at_10 places the top 10 whatever k is: k cannot change it, the placement does

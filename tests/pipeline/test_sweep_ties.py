@@ -48,7 +48,7 @@ def _parent(store: str):
     return parent
 
 
-def _per_query(folder: Path, metric: str) -> dict[str, np.ndarray]:
+def per_query(folder: Path, metric: str) -> dict[str, np.ndarray]:
     """Each job's per-query values of ``metric`` (evaluated queries), by run name."""
     out = {}
     for results in res.find_results([folder]):
@@ -90,7 +90,7 @@ def test_identical_systems_count_once_in_the_holm_family():
 @pytest.mark.slow
 def test_a_sweep_whose_objective_is_identical_names_no_best(tmp_path, store):
     proc, folder = sweep(tmp_path, "reorder=none,lost_in_the_middle", "k=3,5", store=store)
-    values = _per_query(folder, "ndcg_at_10")
+    values = per_query(folder, "ndcg_at_10")
     assert len(values) == 4 and all(np.array_equal(v, values["none k3 bm25"]) for v in values.values())
     phrase = "ndcg_at_10: 1 distinct result among 4 jobs; it cannot see reorder, k"
     summary = (folder / "summary" / "summary.md").read_text()
@@ -113,7 +113,7 @@ def test_a_sweep_whose_objective_is_identical_names_no_best(tmp_path, store):
     systems, metrics = choose_metrics([str(jobs["none k3 bm25"]), str(jobs["litm k3 bm25"])], None)
     assert metrics == ["ndcg_at_10", "recall_at_10", "mrr", "context_utility_at_k"]
     built = build_report(systems, metrics, n_resamples=200, n_permutations=200)
-    utility = _per_query(folder, "context_utility_at_3")
+    utility = per_query(folder, "context_utility_at_3")
     means = [s["mean"] for s in built.data["comparisons"][3]["systems"]]
     assert means == pytest.approx([utility["none k3 bm25"].mean(), utility["litm k3 bm25"].mean()], abs=1e-12)
     assert built.data["notes"] and "ndcg_at_10, recall_at_10, mrr cannot differ" in built.data["notes"][0]
