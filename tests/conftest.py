@@ -3,7 +3,9 @@ the files for ``-n 2 --dist loadfile``."""
 
 from __future__ import annotations
 
+import ast
 import shutil
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,62 @@ def pytest_configure(config):
     # slowest files (few tests, minutes each) last on one worker. Keep the order of FIRST.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """Under ``-m "not slow"`` (the quick subset, docs/testing.md) a test file whose
+    module-level ``pytestmark`` carries ``pytest.mark.slow`` is not imported: every one of its
+    tests would be deselected, and importing it (assertion rewriting, and libraries such as
+    sklearn or ray that only it uses) cost each ``-n`` worker seconds for nothing. Exact by
+    construction: ``pytestmark`` marks every test the module yields, and any other mark
+    expression (the full run has none) collects every file as before."""
+    if not (collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
+        return None
+    if not _deselects_slow(config.getoption("markexpr", "") or ""):
+        return None
+    return True if _marks_every_test_slow(collection_path) else None
+
+
+@cache
+def _deselects_slow(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` deselects every test marked slow, whatever its other marks:
+    ``not slow``, alone or as one term of a chain of ``and`` (no ``or``, no parentheses, which
+    could select a slow test again)."""
+    if "(" in markexpr or ")" in markexpr:
+        return False
+    words = markexpr.split()
+    if "or" in words:
+        return False
+    terms = " ".join(words).split(" and ")
+    return "not slow" in terms
+
+
+def _marks_every_test_slow(path: Path) -> bool:
+    """Whether the module at ``path`` assigns, at its top level, ``pytestmark`` to
+    ``pytest.mark.slow`` or to a list or tuple that holds it. Read from the file's syntax tree
+    (parsed only when the file names ``pytestmark``): the module itself is not imported."""
+    source = path.read_bytes()
+    if b"pytestmark" not in source:
+        return False
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError:
+        return False  # let pytest import it and report the error
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
+                                                for t in node.targets):
+            value = node.value
+            marks = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            if any(_is_pytest_mark_slow(mark) for mark in marks):
+                return True
+    return False
+
+
+def _is_pytest_mark_slow(node: ast.expr) -> bool:
+    """``pytest.mark.slow`` spelled out, as the suite writes it (docs/testing.md)."""
+    return (isinstance(node, ast.Attribute) and node.attr == "slow"
+            and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"
+            and isinstance(node.value.value, ast.Name) and node.value.value.id == "pytest")
 
 
 @pytest.fixture(scope="session")
