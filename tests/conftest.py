@@ -4,6 +4,7 @@ the files for ``-n 2 --dist loadfile``."""
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 from functools import cache
 from pathlib import Path
@@ -101,11 +102,18 @@ def _is_pytest_mark_slow(node: ast.expr) -> bool:
 @pytest.fixture(scope="session")
 def migrated_store(tmp_path_factory) -> Path:
     """One sqlite store made by ``tracking.ensure_store`` (as a job makes it), migrated once a
-    session: creating and migrating a store costs a second or more each time."""
+    session: creating and migrating a store costs seconds each time. Under ``-n`` the workers
+    share it, in the session's temporary folder (the parent of each worker's): the first to
+    need it migrates it (``ensure_store`` takes the lock beside the file and renames the
+    finished tables into place), the others wait for that lock or find the file whole."""
     from pipeline import tracking
 
-    db = tmp_path_factory.mktemp("store") / "mlflow.db"
-    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        db = tmp_path_factory.getbasetemp().parent / "shared-store" / "mlflow.db"
+    else:
+        db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    if not db.exists():
+        tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
     return db
 
 
