@@ -11,8 +11,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import statsmodels.formula.api as smf
-from statsmodels.stats.anova import anova_lm
 
 from pipeline import stats
 from pipeline.stats import FACTOR_WORDS, anova_blocks, answer_factors, check_margin, infer, pays_for_depth, word
@@ -183,6 +181,11 @@ def test_phrases():
 
 
 def _statsmodels_anova(x: np.ndarray, names: list[str], fac: dict) -> pd.DataFrame:
+    # Imported here: statsmodels' formula API (~0.7 s) is this oracle's alone, and every -n
+    # worker imports each test module when it collects the suite.
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
     rows = [{"y": x[i, q], "topic": str(q), **{f: str(v[n]) for f, v in fac.items()}}
             for i, n in enumerate(names) for q in range(x.shape[1])]
     formula = "y ~ " + "*".join(f"C({f})" for f in fac) + " + C(topic)"
