@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -194,9 +195,10 @@ def test_compare_refuses_a_run_file_for_other_queries(tmp_path):
 def test_compare_refuses_job_folders_with_no_evaluated_query(tmp_path):
     """A folder written before this check (every query with evaluated=false) compares nothing."""
     folders = []
+    done = run_job_command("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / 'a'}", "k=5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # the same job twice gives the same folder: one job, copied
     for name in ("a", "b"):
-        done = run_job_command("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / name}", "k=5")
-        assert done.returncode == 0, done.stderr[-2000:]
         path = tmp_path / name / "results" / "per_query.csv"
         table = pd.read_csv(path, dtype={"query_id": str})
         assert table["evaluated"].all()
