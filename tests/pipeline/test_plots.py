@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.figure import Figure
 
 from pipeline import figures as plots
+
+if TYPE_CHECKING:  # matplotlib loads with the first figure, as in pipeline/figures.py, not when -n workers collect
+    from matplotlib.figure import Figure
 
 K_MAX = 10
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -40,6 +44,8 @@ def _vlines(ax) -> list:
 def test_k_sweep_figure(tmp_path):
     curves = _curves()
     fig = plots.k_sweep_figure(curves, k=5, title="bm25-none-k5")
+    from matplotlib.figure import Figure
+
     assert isinstance(fig, Figure)
     axes = fig.axes
     assert len(axes) == 3
