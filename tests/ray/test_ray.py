@@ -267,6 +267,7 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
 
     ids, texts = sample_texts()
     cache = copy_sample_embeddings(sample_embeddings, tmp_path / "cache", roles=("queries",))
+    assert [p.suffix for p in cache_entries(cache)] == [".json", ".npy"]  # one entry: the documents are Ray's to encode
 
     def ndcg(engine: str) -> float:  # a job in this process (tests/commands.py), without its figures
         return job_in_process("retriever=dense", f"retriever.encode.engine={engine}", "retriever.encode.concurrency=2",
