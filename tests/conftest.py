@@ -123,3 +123,4 @@ def store(tmp_path, migrated_store) -> str:
     db = tmp_path / "mlflow.db"
     shutil.copy(migrated_store, db)
     return f"sqlite:///{db}"
+from sample_embeddings import sample_cache, sample_embeddings  # noqa: F401

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from commands import run_job_command
 from pipeline.job import run
 from pipeline.metrics import CURVES
+from sample_embeddings import copy_sample_embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -67,18 +68,14 @@ def _options() -> list:
     return found
 
 
-#: Where the encoder options keep the sample's embeddings (their ``retriever.cache_dir`` or
-#: ``options.cache_dir``), one folder for the module: MiniLM encodes the sample once, for
-#: dense, and the other encoder options read its embeddings. Each option's rankings stay in its
-#: own ``cache_dir`` (a ranking is computed by every option).
+#: Where the encoder options find the sample's embeddings (their ``retriever.cache_dir`` or
+#: ``options.cache_dir``): the test's copy of the run's shared cache (tests/sample_embeddings.py,
+#: encoded once by DenseRetriever in-process), so that none encodes: what is checked is that
+#: the option composes and runs (the encoding: tests/retrievers/test_dense.py, the golden dense
+#: job). The rankings go to the job's own ``cache_dir``.
 _EMBEDDINGS = {"dense": "retriever.cache_dir", "hybrid": "retriever.second.cache_dir",
                "hybrid_convex": "retriever.second.cache_dir", "langchain": "+retriever.options.cache_dir",
                "llamaindex": "+retriever.options.cache_dir"}
-
-
-@pytest.fixture(scope="module")
-def embeddings(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("embeddings")
 
 
 def _overrides_for(group: str, option: str, tmp_path: Path, embeddings: Path) -> list[str] | None:
@@ -121,10 +118,13 @@ def _sample_run():
 
 
 @pytest.mark.parametrize("group,option", _options())
-def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypatch, embeddings):
+def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)  # outputs/ of runs without Hydra's job dir land here
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "retrievers"))  # adapters_fixtures (_ADAPTERS)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    embeddings = tmp_path / "embeddings"
+    if group == "retriever" and option in _EMBEDDINGS:  # (the quick subset builds no shared cache)
+        copy_sample_embeddings(request.getfixturevalue("sample_embeddings"), embeddings)
     overrides = _overrides_for(group, option, tmp_path, embeddings)
     if overrides is None:
         cfg = compose_cfg([f"{group}={option}"] + (["dataset.id=x"] if option == "ir_datasets" else []))
@@ -145,8 +145,12 @@ def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypa
     assert 0.0 <= value <= 1.0
     results = sorted(tmp_path.glob("outputs/runs/*/*/results/metrics.json"))
     assert len(results) == 1
-    metrics = json.loads(results[0].read_text())["metrics"]
+    written = json.loads(results[0].read_text())
+    metrics = written["metrics"]
     assert value == metrics["ndcg_at_10"]
+    if (group, option) == ("retriever", "dense"):  # the shared cache served the job: nothing encoded
+        cost = written["cost"]["metrics"]  # (retrievers.cost: encode_s only when passages were encoded)
+        assert "index_build_s" in cost and "encode_s" not in cost and "encode_passages_per_s" not in cost
     assert metrics["n_queries"] >= 40
     if group == "retriever" and option != "run_file":
         assert metrics["ndcg_at_10"] > 0.3  # a real retriever, not noise

@@ -28,6 +28,7 @@ import pytest
 from commands import job_in_process, run_command
 from e2e_servers import RAY_MARKER as MARKER
 from e2e_servers import assert_nothing_left
+from sample_embeddings import copy_sample_embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "pipeline" / "sample"
@@ -232,12 +233,18 @@ def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ra
 
 
 @pytest.fixture(scope="module")
-def local_embeddings() -> np.ndarray:
-    """The sample's documents encoded by the model in this process, without a cache: what the
-    model's encoding on Ray must equal."""
+def local_embeddings(sample_embeddings, tmp_path_factory) -> np.ndarray:
+    """The sample's documents encoded by the model in-process, without Ray: what the model's
+    encoding on Ray must equal. Read from the run's shared cache of the sample
+    (tests/sample_embeddings.py), which ``DenseRetriever`` wrote encoding them in-process."""
     from retrievers.dense import DenseRetriever
 
-    return DenseRetriever(cache_dir=None).encode(sample_texts()[1])
+    ids, texts = sample_texts()
+    dense = DenseRetriever(cache_dir=copy_sample_embeddings(sample_embeddings, tmp_path_factory.mktemp("local")),
+                           show_progress_bar=False)
+    dense.index(ids, texts)
+    assert dense.last_cache_hits["docs"] is True  # the shared cache's in-process encoding, not this one's
+    return dense.doc_embeddings
 
 
 @pytest.fixture(scope="module")
@@ -250,14 +257,17 @@ def hash_embeddings() -> np.ndarray:
 
 
 def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache(ray_cluster, tmp_path,
-                                                                                   local_embeddings):
+                                                                                   local_embeddings, sample_embeddings):
     """One job encodes the sample on Ray, a local retriever then reads its cache (the engine is
     not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
-    equals the golden dense job's (tests/golden, recorded with in-process encoding)."""
+    equals the golden dense job's (tests/golden, recorded with in-process encoding). The
+    queries, which a job always encodes in its own process, come from the run's shared cache
+    (in-process encoding, tests/sample_embeddings.py): the job's cache starts with them only."""
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
-    cache = tmp_path / "cache"
+    cache = copy_sample_embeddings(sample_embeddings, tmp_path / "cache", roles=("queries",))
+    assert [p.suffix for p in cache_entries(cache)] == [".json", ".npy"]  # one entry: the documents are Ray's to encode
 
     def ndcg(engine: str) -> float:  # a job in this process (tests/commands.py), without its figures
         return job_in_process("retriever=dense", f"retriever.encode.engine={engine}", "retriever.encode.concurrency=2",

@@ -25,6 +25,7 @@ from pipeline.metrics import evaluate
 from retrievers.langchain import LangChainRetriever
 from retrievers.llamaindex import LlamaIndexRetriever
 from retrievers.python_function import PythonRetriever
+from sample_embeddings import copy_sample_embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -32,10 +33,11 @@ DOCS = ["d1", "d2", "d3", "d4"]
 
 
 @pytest.fixture(scope="session")
-def minilm_cache(tmp_path_factory):
-    """The sample encoded once per session (embeddings cached here for every wrapper)."""
+def minilm_cache(tmp_path_factory, sample_embeddings):
+    """The sample's embeddings for every wrapper: a copy of the run's shared cache
+    (tests/sample_embeddings.py, encoded once by DenseRetriever in-process)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cache = str(tmp_path_factory.mktemp("adapters-cache"))
+    cache = str(copy_sample_embeddings(sample_embeddings, tmp_path_factory.mktemp("adapters-cache")))
     adapters_fixtures.minilm(cache)
     return cache
 
@@ -43,6 +45,7 @@ def minilm_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def exact(minilm_cache):
     model = adapters_fixtures.minilm(minilm_cache)
+    assert model["dense"].last_cache_hits == {"docs": True, "queries": True}  # read, not encoded again
     collection = model["collection"]
     ranking = model["dense"].search(collection.query_ids, collection.query_texts, 20)
     return collection, ranking

@@ -20,6 +20,7 @@ from pipeline.cli import index as index_command
 from pipeline.errors import InputError
 from pipeline.metrics import evaluate
 from retrievers.chroma import ChromaRetriever
+from sample_embeddings import copy_sample_embeddings
 
 pytestmark = pytest.mark.slow  # a real server and the real model
 
@@ -31,12 +32,14 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def loaded(chroma_server, tmp_path_factory):
+def loaded(chroma_server, tmp_path_factory, sample_embeddings):
     """The sample loaded by pipeline.index into the server (as documents) and into a folder
-    (as chunks of 48 tokens), encoded once into a shared cache."""
+    (as chunks of 48 tokens), through one cache: a copy of the run's shared cache of the
+    sample's embeddings (tests/sample_embeddings.py), to which the chunks' are added."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cache = str(tmp_path_factory.mktemp("chroma-cache"))
-    adapters_fixtures.minilm(cache)  # the same embeddings as the exact search below
+    cache = str(copy_sample_embeddings(sample_embeddings, tmp_path_factory.mktemp("chroma-cache")))
+    model = adapters_fixtures.minilm(cache)  # the same embeddings as the exact search below
+    assert model["dense"].last_cache_hits == {"docs": True, "queries": True}
     folder = tmp_path_factory.mktemp("chroma-folder")
     assert index_command.main(["chroma", "--host", "127.0.0.1", "--port", str(chroma_server), "--collection",
                                "sample", f"cache_dir={cache}"]) == 0
