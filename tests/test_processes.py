@@ -7,18 +7,20 @@ other files that check it: tests/e2e_servers.py). This is what keeps gone the fa
 shared tracking process that jobs used to start: a job left it alive for minutes, one more per
 differing environment variable, and a job could wait on it forever.
 
-Here, each a process: a tracked job (into an existing store), an untracked job, ``score``,
-``compare`` and ``sync`` (a tracked command, with one more variable in its environment than the
-tracked job: never a second lingering helper). The launchers run where a test runs that sweep
-as a process anyway, with the same marker and check, so that no sweep runs twice in the suite:
+Here, each a process: an untracked job, ``score``, ``compare`` and ``sync`` (a tracked command:
+it asks the store about a tracked job made in this process). The tracked jobs and the launchers
+run where a test runs them as processes anyway, with the same marker and check
+(``new_marker``, ``assert_none_outlive``), so that none runs twice in the suite; their
+environments differ (never a second lingering helper):
 
-- a sweep of the basic launcher, tracked, one job failing, its other job a tracked job in
-  another environment: tests/pipeline/test_app_sweeps.py::test_a_failing_job_does_not_stop_the_sweep
-  (and tests/faults/test_no_tracker.py's sweep);
-- joblib (two worker processes): test_app_sweeps.py::test_joblib_sweep_on_a_fresh_store_loses_no_run;
-- submitit_local (a process per job): test_app_sweeps.py::test_submitit_local_launcher;
 - a tracked job that creates its store: tests/pipeline/test_guide.py::
   test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_to_open_it;
+- a sweep of the basic launcher, tracked into an existing store, one job failing:
+  tests/pipeline/test_app_sweeps.py::test_a_failing_job_does_not_stop_the_sweep (and
+  tests/faults/test_no_tracker.py's sweep);
+- joblib (two worker processes, a store the sweep creates):
+  test_app_sweeps.py::test_joblib_sweep_on_a_fresh_store_loses_no_run;
+- submitit_local (a process per tracked job): test_app_sweeps.py::test_submitit_local_launcher;
 - Ray: tests/ray/test_ray.py.
 """
 
@@ -82,23 +84,26 @@ def test_the_marker_is_seen_in_a_live_process():
     assert_none_outlive(marker, "the killed child")
 
 
-def test_jobs_and_commands_leave_no_process(tmp_path, migrated_store):
+def test_a_job_and_the_commands_leave_no_process(tmp_path, migrated_store):
+    from commands import job_in_process
+
     out = tmp_path / "outputs"
     out.mkdir()
-    # The tracked job logs into an existing store (the suite's migrated one): a job that creates
-    # its store is test_guide.py's first run, marked too.
     shutil.copy(migrated_store, out / "mlflow.db")
+    job_in_process(f"paths.root={out}", f"hydra.run.dir={tmp_path / 'job'}")  # a tracked job for score, compare, sync
     runs = [
-        ("a tracked job", ["-m", "pipeline", f"paths.root={out}", f"hydra.run.dir={tmp_path / 'job'}"], {}),
         ("an untracked job", ["-m", "pipeline", "tracking=none", "k=5", f"paths.root={out}",
                               f"hydra.run.dir={tmp_path / 'untracked'}"], {}),
         ("pipeline.score", ["-m", "pipeline.score", str(SAMPLE_QRELS),
                             str(tmp_path / "job" / "results" / "run.trec"), "--json"], {}),
         ("pipeline.compare", ["-m", "pipeline.compare", str(tmp_path / "job"), str(tmp_path / "untracked"), "--json",
                               "--out", str(tmp_path / "cmp")], {}),
-        ("pipeline.sync (in another environment)", ["-m", "pipeline.sync", str(out)], {"SOME_SETTING": "1"}),
+        ("pipeline.sync", ["-m", "pipeline.sync", str(tmp_path / "job"), str(tmp_path / "untracked")],
+         {"SOME_SETTING": "1"}),
     ]
     for what, args, env in runs:
         proc, marker = run_marked(args, **env)
         assert proc.returncode == 0, f"{what}: {proc.stderr[-3000:]}"
         assert_none_outlive(marker, what)
+    # sync asked the store about the tracked job, and passed over the untracked one
+    assert proc.stdout.startswith("sync: 0 logged, 1 already logged, 0 closed, 1 untracked"), proc.stdout

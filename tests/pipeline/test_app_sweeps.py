@@ -94,6 +94,14 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
                      "k=3,5", marker=marker)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_none_outlive(marker, "a joblib sweep")
+    # What a new store adds to a sweep's output: its note, one line (tests/pipeline/test_sweep_output.py
+    # counts a sweep's lines without it); no migration's log lines.
+    said = proc.stdout + proc.stderr
+    db = (tmp_path / "fresh" / "mlflow.db").resolve()
+    assert [line for line in said.splitlines() if "MLflow store" in line] == [
+        f"note: no MLflow store in {db.parent}; creating a new one, {db} (runs logged to other stores are not in it; "
+        "paths.root or tracking.uri picks the store)"], said
+    assert "alembic" not in said.lower() and "migrat" not in said.lower(), said
     client, parents, jobs = _sweep_runs(store)
     assert len(parents) == 1 and len(jobs) == 4
     assert {r.info.status for r in jobs} == {"FINISHED"}
