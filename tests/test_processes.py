@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from commands import job_in_process
 from e2e_servers import assert_nothing_left, carriers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +47,9 @@ MARKER_KEY = "PIPELINE_TEST_MARKER"
 #: down) may show its environment for a moment; a lingering helper shows it for minutes.
 GRACE_S = 2.0
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
+HAS_PROC = Path("/proc/self/environ").exists()
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAS_PROC, reason="needs Linux /proc")]
 
 
 def new_marker() -> str:
@@ -56,8 +58,10 @@ def new_marker() -> str:
 
 
 def assert_none_outlive(marker: str, what: str) -> None:
-    """No process carries ``marker`` once ``GRACE_S`` has passed."""
-    assert_nothing_left(marker, what, grace_s=GRACE_S)
+    """No process carries ``marker`` once ``GRACE_S`` has passed. (Without Linux's /proc, as
+    for this module's tests, nothing to look at: the other files' tests that call it still run.)"""
+    if HAS_PROC:
+        assert_nothing_left(marker, what, grace_s=GRACE_S)
 
 
 def run_marked(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess, str]:
@@ -85,8 +89,6 @@ def test_the_marker_is_seen_in_a_live_process():
 
 
 def test_a_job_and_the_commands_leave_no_process(tmp_path, migrated_store):
-    from commands import job_in_process
-
     out = tmp_path / "outputs"
     out.mkdir()
     shutil.copy(migrated_store, out / "mlflow.db")
