@@ -3,12 +3,17 @@ a failing job does not stop its sweep, a sweep over placements retrieves once, a
 sweep writes the summary a tracked one writes. (Split from test_app.py so that two workers
 share its minutes.)
 
-The sweeps of the basic launcher and of Optuna run in this process (``run_pipeline_command``,
-tests/commands.py: ``python -m pipeline -m ...`` as ``pipeline.__main__.entry``), as what they
-check is the pipeline's behaviour; the tracked-and-untracked test also checks that two sweeps
-in one process leave nothing behind. The launchers that start processes (joblib, submitit) and
-the exit status of a sweep with a failed job (``python -m pipeline -m``, status 2) run as
-processes. The Optuna sweep of ``experiment=tune_bm25`` is tests/pipeline/test_sweep_report.py's.
+The sweeps of the basic launcher, of submitit (whose jobs are processes either way) and of
+Optuna run in this process (``run_pipeline_command``, tests/commands.py: ``python -m pipeline
+-m ...`` as ``pipeline.__main__.entry``), as what they check is the pipeline's behaviour; the
+tracked-and-untracked test also checks that two sweeps in one process leave nothing behind.
+The joblib sweep (loky's workers are reused and outlive a sweep run in this process; they end
+with the sweep's process) and the exit status of a sweep with a failed job (``python -m
+pipeline -m``, status 2) run as processes. The sweeps that start processes carry
+tests/test_processes.py's marker and check: no process they started outlives them (joblib,
+submitit, and the failing sweep as test_processes.py's basic-launcher sweep). The module's
+tracked sweep (placement x k, ``cu_sweep``) serves the placement test and the tie test. The
+Optuna sweep of ``experiment=tune_bm25`` is tests/pipeline/test_sweep_report.py's.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 from commands import run_pipeline_command
+from test_processes import MARKER_KEY, assert_none_outlive, new_marker
 from test_sweep_ties import per_query
 
 from pipeline import stats
@@ -36,11 +42,12 @@ ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def cli(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    """``python -m pipeline ARGS``: a process (launchers that start processes, exit statuses)."""
+def cli(*args: str, cwd: Path = ROOT, timeout: int = 900, marker: str = "") -> subprocess.CompletedProcess[str]:
+    """``python -m pipeline ARGS``: a process (launchers that start processes, exit statuses);
+    ``marker``: tests/test_processes.py's marker in its environment."""
     return subprocess.run(
         [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-        env={**os.environ, **OFFLINE}, stdin=subprocess.DEVNULL,
+        env={**os.environ, **OFFLINE, **({MARKER_KEY: marker} if marker else {})}, stdin=subprocess.DEVNULL,
     )
 
 
@@ -50,14 +57,16 @@ def _where(tmp_path: Path, store: str) -> list[str]:
             f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}"]
 
 
-def sweep_cli(tmp_path: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
+def sweep_cli(tmp_path: Path, store: str, *args: str, marker: str = "") -> subprocess.CompletedProcess[str]:
     """A multirun as a process whose store, artifacts, sweep folder and cache all live in tmp_path."""
-    return cli("-m", *args, *_where(tmp_path, store))
+    return cli("-m", *args, *_where(tmp_path, store), marker=marker)
 
 
-def sweep_here(tmp_path: Path, store: str, *args: str):
-    """The same multirun in this process (tests/commands.py)."""
-    return run_pipeline_command("-m", *args, *_where(tmp_path, store), env={**os.environ, **OFFLINE})
+def sweep_here(tmp_path: Path, store: str, *args: str, marker: str = ""):
+    """The same multirun in this process (tests/commands.py); ``marker``: in the environment
+    it and the processes it starts see."""
+    env = {**os.environ, **OFFLINE, **({MARKER_KEY: marker} if marker else {})}
+    return run_pipeline_command("-m", *args, *_where(tmp_path, store), env=env)
 
 
 # --------------------------------------------------------------- sweeps
@@ -77,10 +86,22 @@ def _sweep_runs(store: str):
 @pytest.mark.slow  # joblib's workers are processes: the sweep is one too
 def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
     """Parallel jobs logging to a store none of them created (the sweep creates it first).
-    bm25 at two k1 values and two k (4 jobs on 2 workers): no worker loads a neural encoder."""
+    bm25 at two k1 values and two k (4 jobs on 2 workers): no worker loads a neural encoder.
+    tests/test_processes.py's joblib check: neither worker outlives the sweep."""
     store = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # does not exist yet
-    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "retriever.k1=0.9,1.2", "k=3,5")
+    marker = new_marker()
+    proc = sweep_cli(tmp_path, store, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "retriever.k1=0.9,1.2",
+                     "k=3,5", marker=marker)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_none_outlive(marker, "a joblib sweep")
+    # What a new store adds to a sweep's output: its note, one line (tests/pipeline/test_sweep_output.py
+    # counts a sweep's lines without it); no migration's log lines.
+    said = proc.stdout + proc.stderr
+    db = (tmp_path / "fresh" / "mlflow.db").resolve()
+    assert [line for line in said.splitlines() if "MLflow store" in line] == [
+        f"note: no MLflow store in {db.parent}; creating a new one, {db} (runs logged to other stores are not in it; "
+        "paths.root or tracking.uri picks the store)"], said
+    assert "alembic" not in said.lower() and "migrat" not in said.lower(), said
     client, parents, jobs = _sweep_runs(store)
     assert len(parents) == 1 and len(jobs) == 4
     assert {r.info.status for r in jobs} == {"FINISHED"}
@@ -98,53 +119,25 @@ def test_joblib_sweep_on_a_fresh_store_loses_no_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, store):
-    from mlflow import MlflowClient
-
-    proc = sweep_here(tmp_path, store, "reorder=none,reverse,lost_in_the_middle,attention_optimal", "k=5,10")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, parents, jobs = _sweep_runs(store)
-    assert len(jobs) == 8 and len(parents) == 1
-    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 7 + ["miss"]
-    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
-    # A sweep's jobs draw no PNGs (issue 35, docs/results.md): their curves are the runs' curve/*
-    # metrics, step = K, exactly those of metrics.json; draw_job_figures draws the PNGs later.
-    client = MlflowClient(tracking_uri=store)
-    for r in jobs:
-        results = tmp_path / "sweep" / r.data.tags["job_num"] / "results"
-        assert not (results / "plots").exists()
-        assert not client.list_artifacts(r.info.run_id, "plots")
-        curves = json.loads((results / "metrics.json").read_text())["curves"]
-        history = client.get_metric_history(r.info.run_id, "curve/ndcg")
-        assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == list(
-            enumerate(curves["ndcg"], start=1))
-    from pipeline.figures import draw_job_figures
-
-    drawn = draw_job_figures(tmp_path / "sweep" / "0")
-    assert [p.name for p in drawn] == ["k_sweep.png", "precision_recall.png"]
-    assert all(p.stat().st_size > 10_000 for p in drawn)
-    assert all("time_track_s" in r.data.metrics for r in jobs)
-    # placement changes context utility, never the retrieval metrics
-    by_k: dict[str, set[float]] = {}
-    for r in jobs:
-        by_k.setdefault(r.data.params["k"], set()).add(r.data.metrics[f"ndcg_at_{r.data.params['k']}"])
-    assert all(len(v) == 1 for v in by_k.values())
-    cu = {r.data.params["reorder"]: r.data.metrics["context_utility_at_10"] for r in jobs if r.data.params["k"] == "10"}
-    assert cu["attention_optimal"] >= max(cu.values()) - 1e-12
-    assert len(set(cu.values())) > 1
-
-
-@pytest.mark.slow
 def test_submitit_local_launcher(tmp_path, store):
-    proc = sweep_cli(tmp_path, store, "hydra/launcher=submitit_local", "k=3,5", "hydra.launcher.timeout_min=10")
+    """The sweep in this process; submitit runs each job in a process of its own, and none of
+    them outlives the sweep (tests/test_processes.py's check)."""
+    marker = new_marker()
+    proc = sweep_here(tmp_path, store, "hydra/launcher=submitit_local", "k=3,5", "hydra.launcher.timeout_min=10",
+                      marker=marker)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_none_outlive(marker, "a submitit_local sweep")
     _, parents, jobs = _sweep_runs(store)
     assert len(parents) == 1 and sorted(r.info.run_name for r in jobs) == ["k3 bm25", "k5 bm25"]
 
 
 @pytest.mark.slow  # the process-level check: `python -m pipeline -m` exits 2
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, store):
-    proc = sweep_cli(tmp_path, store, "k=0,5")
+    """Also tests/test_processes.py's sweep of the basic launcher: a tracked sweep (its job a
+    tracked job in another environment than test_processes.py's) leaves no process."""
+    marker = new_marker()
+    proc = sweep_cli(tmp_path, store, "k=0,5", marker=marker)
+    assert_none_outlive(marker, "a sweep (one job failed)")
     assert proc.returncode == 2
     assert "1 job(s) of the sweep failed" in proc.stderr and "k must be >= 1, got k=0" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -267,3 +260,45 @@ def test_with_context_utility_the_same_sweep_names_a_best_and_its_tie_set_follow
     assert tied == set(twin) | (set(other) if p > 0.05 else set())
     table = pd.read_csv(folder / "summary" / "sweep_table.csv")
     assert set(table.loc[table["tied_with_best"], "run_name"]) == tied
+
+
+@pytest.mark.slow
+def test_sweep_over_reorder_and_k_retrieves_once(tmp_path, cu_sweep):
+    """On the module's tracked sweep (placement x k, 4 jobs): one retrieval, its jobs' curves
+    logged as metrics and no PNGs, and placement changes context utility, never the retrieval
+    metrics. (Each placement's order and its context utility against oracles:
+    tests/pipeline/test_placement.py.)"""
+    from mlflow import MlflowClient
+
+    _, folder, store, _ = cu_sweep
+    _, parents, jobs = _sweep_runs(store)
+    assert len(jobs) == 4 and len(parents) == 1
+    assert sorted(r.data.tags["ranking_cache"] for r in jobs) == ["hit"] * 3 + ["miss"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parents[0].info.run_id}
+    # A sweep's jobs draw no PNGs (issue 35, docs/results.md): their curves are the runs' curve/*
+    # metrics, step = K, exactly those of metrics.json; draw_job_figures draws the PNGs later.
+    client = MlflowClient(tracking_uri=store)
+    for r in jobs:
+        results = folder / r.data.tags["job_num"] / "results"
+        assert not (results / "plots").exists()
+        assert not client.list_artifacts(r.info.run_id, "plots")
+        curves = json.loads((results / "metrics.json").read_text())["curves"]
+        history = client.get_metric_history(r.info.run_id, "curve/ndcg")
+        assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == list(
+            enumerate(curves["ndcg"], start=1))
+    from pipeline.figures import draw_job_figures
+
+    job = shutil.copytree(folder / "0", tmp_path / "0")  # drawn in a copy: the module's sweep stays as it ran
+    drawn = draw_job_figures(job)
+    assert [p.name for p in drawn] == ["k_sweep.png", "precision_recall.png"]
+    assert all(p.stat().st_size > 10_000 for p in drawn)
+    assert all("time_track_s" in r.data.metrics for r in jobs)
+    # placement changes context utility, never the retrieval metrics
+    by_k: dict[str, set[float]] = {}
+    for r in jobs:
+        by_k.setdefault(r.data.params["k"], set()).add(r.data.metrics[f"ndcg_at_{r.data.params['k']}"])
+    assert len(by_k) == 2 and all(len(v) == 1 for v in by_k.values())
+    for k in by_k:
+        cu = {r.data.params["reorder"]: r.data.metrics["context_utility_at_10"] for r in jobs if r.data.params["k"] == k}
+        assert cu["attention_optimal"] >= max(cu.values()) - 1e-12
+        assert len(set(cu.values())) > 1
