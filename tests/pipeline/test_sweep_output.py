@@ -11,8 +11,8 @@ line less; the note is one line and a new store adds nothing else to a sweep's o
 in its ``pipeline.log``; the judged-coverage warning is printed once for the sweep. ``-v``
 (or ``verbose=true``) brings back every job's full block.
 
-The dense retriever encodes the sample's 171 documents once per cache folder: the module
-shares one cache folder between its sweeps. The sweeps run in this process
+The dense retriever reads the sample's embeddings from the module's cache folder, a copy of the
+run's shared one (tests/sample_embeddings.py). The sweeps run in this process
 (``run_pipeline_command``, tests/commands.py: ``python -m pipeline -m ...`` with its two
 streams captured as pipes would be, Python's warnings included); what the process itself
 prints is tests/pipeline/test_app_sweeps.py's (a sweep's exit status) and tests/test_processes.py's.
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from commands import run_pipeline_command
+from sample_embeddings import copy_sample_embeddings
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = ["retriever=bm25,dense,hybrid", "reorder=none,lost_in_the_middle", "k=3,5,10"]
@@ -45,8 +46,10 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("sweep_output_cache")
+def cache_dir(tmp_path_factory, sample_embeddings) -> Path:
+    """The module's cache folder, a copy of the sample's embeddings (tests/sample_embeddings.py:
+    encoded once per test run): what this file checks is what a sweep prints, not MiniLM."""
+    return copy_sample_embeddings(sample_embeddings, tmp_path_factory.mktemp("sweep_output_cache"))
 
 
 def _sweep(root: Path, cache: Path, *args: str):
