@@ -224,9 +224,9 @@ def test_a_sweep_goes_on_past_a_job_whose_retriever_exits(tmp_path, user_module,
     one line, the sweep goes on to the second; the summary is written and the parent run closed
     as FAILED; the sweep exits 2. In this process (tests/commands.py): a ``sys.exit(0)`` that
     escaped the retriever would end the sweep there with status 0, as it ended the process; the
-    exit status 2 of a sweep process with a failed job is
-    tests/pipeline/test_app_sweeps.py's (test_a_failing_job_does_not_stop_the_sweep). Its store is the ``store``
-    fixture's migrated copy."""
+    exit status 2 of a sweep process with a failed job is checked in a process by
+    tests/pipeline/test_app_sweeps.py (test_a_failing_job_does_not_stop_the_sweep). Its store
+    is the ``store`` fixture's migrated copy."""
     from commands import run_pipeline_command
     from mlflow import MlflowClient
 
