@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from commands import job_in_process, run_pipeline_command
+from no_figures import figures_off
 
 from pipeline.cli import compare as compare_command
 from pipeline.comparison import build_report, load_systems
@@ -158,8 +159,11 @@ def test_depth_matters_for_full_depth_metrics_only(jobs, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sweep_over_scoring_settings_names_no_overall_best(tmp_path):
-    done = _run("-m", "gain=exp,linear", "judged_only=false,true", "retriever.k1=0.9,1.5", f"paths.root={tmp_path}")
+def test_a_sweep_over_scoring_settings_names_no_overall_best(tmp_path, store):
+    # its store: the ``store`` fixture's migrated copy, at paths.root/mlflow.db where the sweep logs
+    assert store == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with figures_off():  # what it says and computes is checked here, not its PNGs (tests/no_figures.py)
+        done = _run("-m", "gain=exp,linear", "judged_only=false,true", "retriever.k1=0.9,1.5", f"paths.root={tmp_path}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\nbest:" not in done.stdout
     assert "no overall best: the jobs were scored under different definitions (gain, judged_only)" in done.stdout
@@ -179,6 +183,6 @@ def test_a_sweep_over_scoring_settings_names_no_overall_best(tmp_path):
     from mlflow import MlflowClient
 
     parent = json.loads((sweep / "mlflow_sweep.json").read_text())["parent_run_id"]
-    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(parent)
+    run = MlflowClient(store).get_run(parent)
     assert not any(k.startswith("best") for k in run.data.tags) and "best_ndcg_at_10" not in run.data.metrics
     assert "no overall best" in run.data.tags["mlflow.note.content"]

@@ -63,13 +63,15 @@ def _log_on_a_full_disk(results: Path, store: str, artifacts: Path) -> int:
     return 0
 
 
-@pytest.mark.slow  # a child that creates a store
-def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_path):
+@pytest.mark.slow  # a forked child
+def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_path, store):
     import mlflow.cli  # noqa: F401 - imported before the fork (and the limit): imports may write caches
 
     results = tmp_path / "job" / "results"
     shutil.copytree(job, results)
-    store, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlartifacts"
+    # the store: the ``store`` fixture's migrated copy (no run in it), not one migrated in the child
+    assert store == f"sqlite:///{tmp_path / 'mlflow.db'}" and _all_runs(store) == []
+    artifacts = tmp_path / "mlartifacts"
     proc = forked(lambda: _log_on_a_full_disk(results, store, artifacts))  # the limit holds for its whole process
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = proc.stdout.splitlines()
@@ -83,12 +85,13 @@ def test_a_full_disk_during_the_artifact_upload_leaves_nothing_behind(job, tmp_p
     assert [r.info.run_id for r in _all_runs(store)] == [run]
 
 
-@pytest.mark.slow  # a store created (its migrations)
-def test_lock_files_and_a_store_inside_the_folder_are_not_logged(job, tmp_path):
+@pytest.mark.slow  # a store
+def test_lock_files_and_a_store_inside_the_folder_are_not_logged(job, tmp_path, migrated_store):
     from mlflow import MlflowClient
 
     results = tmp_path / "results"
     shutil.copytree(job, results)
+    shutil.copy(migrated_store, results / "mlflow.db")  # a migrated store inside the folder (not made again)
     # "." as the folder: its lock file once landed inside it
     done = run_command("sync", ".", "--tracking-uri", "sqlite:///mlflow.db", cwd=results)
     assert done.returncode == 0, done.stderr

@@ -7,19 +7,24 @@
 - a sweep's end was lost when the tracker died: here, a sweep run with a marker ends within
   a bound, closes its parent FINISHED with the summary logged, its jobs nested under it, in
   its own process, and no process carrying the marker outlives it.
+
+The sweep's process is a child forked from the test's (tests/forked.py: ``python -m pipeline``
+run there by ``runpy``, its imports already done) with the marker in its environment: every
+process it starts (a tracker, a worker) inherits the marker, and the child itself is waited
+for within the bound. A new interpreter paid seconds of imports for nothing checked here;
+tests/test_processes.py keeps a tracked sweep in a new interpreter.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from e2e_servers import carriers  # the processes whose environment holds a marker
+from forked import pipeline_child
 
 from pipeline import tracking
 
@@ -31,13 +36,15 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")]
 
 
-def _run_marked(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m ARGS`` with a marker; assert it ends within BOUND_S and leaves no process."""
+def _run_marked(*args: str, **extra: str):
+    """``python -m pipeline ARGS`` in a forked child whose environment holds a marker; assert
+    it ends within BOUND_S and leaves no process carrying the marker."""
     marker = f"outlive-{uuid.uuid4().hex}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "HYDRA_FULL_ERROR"}
     env.update(HF_HUB_OFFLINE="1", MLFLOW_DISABLE_TELEMETRY="true", PIPELINE_TEST_MARKER=marker, **extra)
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=BOUND_S)
+    start = time.monotonic()
+    proc = pipeline_child(*args, env=env, cwd=ROOT).wait(timeout=BOUND_S)  # killed at BOUND_S
+    assert time.monotonic() - start < BOUND_S, f"{args} did not end within {BOUND_S} s"
     deadline = time.monotonic() + 2.0  # a process being torn down may show its environment a moment
     while (left := carriers(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -53,13 +60,13 @@ def _runs(store: str) -> list:
 
 
 def test_a_sweep_closes_its_parent_with_its_summary_in_its_own_process(tmp_path, store):
-    """A new interpreter (the marker is in its environment from its start); its store is the
-    ``store`` fixture's migrated copy at ``paths.root/mlflow.db``, where the sweep logs."""
+    """A process of its own (forked, the marker in its environment); its store is the ``store``
+    fixture's migrated copy at ``paths.root/mlflow.db``, where the sweep logs."""
     from mlflow import MlflowClient
 
     assert store == f"sqlite:///{tmp_path / 'mlflow.db'}"
     sweep = tmp_path / "sweep"
-    proc = _run_marked("pipeline", "-m", "k=3,5", f"paths.root={tmp_path}", f"hydra.sweep.dir={sweep}")
+    proc = _run_marked("-m", "k=3,5", f"paths.root={tmp_path}", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = _runs(store)
     (parent,) = [r for r in runs if r.data.tags.get(tracking.TAG_SWEEP_PARENT) == "true"]

@@ -25,15 +25,18 @@ from forked import forked
 
 from pipeline.io import results as res
 
-pytestmark = pytest.mark.slow  # a tracked job (its store's migrations) for the module, and a full disk in a child
+pytestmark = pytest.mark.slow  # a tracked job for the module, a store made again, and a full disk in a child
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory) -> Path:
+def tree(tmp_path_factory, migrated_store) -> Path:
     """A folder where ``python -m pipeline`` (the README's first command) ran with the default
-    paths: ``outputs/runs/<date>/<time>`` and its store ``outputs/mlflow.db``, created by the job
-    that logs to it in the working folder and named relatively in the record."""
+    paths: ``outputs/runs/<date>/<time>`` and its store ``outputs/mlflow.db`` in the working
+    folder (a copy of the session's migrated store, where a first job would have created it),
+    named relatively in the record."""
     root = tmp_path_factory.mktemp("ran_here")
+    (root / "outputs").mkdir()
+    shutil.copy(migrated_store, root / "outputs" / "mlflow.db")
     here = os.getcwd()
     os.chdir(root)  # the job in this process, from that folder
     try:
@@ -140,17 +143,18 @@ def _sync_on_a_full_disk(job: Path, db: Path) -> int:
     from pipeline.cli.sync import main
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
+    tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))  # (a migrated copy: nothing to do)
     room = os.path.getsize(db)
     resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))
     return main([str(job), "--tracking-uri", f"sqlite:///{db}"])
 
 
-def test_a_full_disk_under_the_store_is_one_line_without_mlflows_tracebacks(tree, tmp_path):
+def test_a_full_disk_under_the_store_is_one_line_without_mlflows_tracebacks(tree, tmp_path, migrated_store):
     copy = tmp_path / "copy"
     shutil.copytree(tree, copy)
     job, db = _job(copy), tmp_path / "full" / "mlflow.db"
     db.parent.mkdir()
+    shutil.copy(migrated_store, db)  # the session's migrated store, not one migrated in the child
     before = {p: p.read_bytes() for p in (job / "results").rglob("*") if p.is_file()}
     import pipeline.cli.sync  # noqa: F401 - imported before the fork (and the limit)
 

@@ -219,23 +219,24 @@ def test_a_stuck_call_times_out_and_the_job_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sweep_goes_on_past_a_job_whose_retriever_exits(tmp_path):
+def test_a_sweep_goes_on_past_a_job_whose_retriever_exits(tmp_path, user_module, store):
     """The issue's command, in 2 jobs (it had 4, 2 of them failing): the first job fails in
     one line, the sweep goes on to the second; the summary is written and the parent run closed
-    as FAILED; the sweep exits 2."""
+    as FAILED; the sweep exits 2. In this process (tests/commands.py): a ``sys.exit(0)`` that
+    escaped the retriever would end the sweep there with status 0, as it ended the process; the
+    exit status 2 of a sweep process with a failed job is checked in a process by
+    tests/pipeline/test_app_sweeps.py (test_a_failing_job_does_not_stop_the_sweep). Its store
+    is the ``store`` fixture's migrated copy."""
+    from commands import run_pipeline_command
     from mlflow import MlflowClient
 
     from pipeline import tracking
 
-    module = _module(tmp_path)
     env, _ = _env(tmp_path)
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracking.ensure_store(tracking.StoreSettings(store))
     sweep = tmp_path / "sweep"
-    done = subprocess.run([sys.executable, "-m", "pipeline", "-m", "retriever=python",
-                           f"retriever.target={module}:exit_,{module}:good",
-                           f"paths.root={tmp_path}", f"tracking.uri={store}", f"hydra.sweep.dir={sweep}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = run_pipeline_command("-m", "retriever=python", f"retriever.target={user_module}:exit_,{user_module}:good",
+                                f"paths.root={tmp_path}", f"tracking.uri={store}", f"hydra.sweep.dir={sweep}",
+                                env=env)
     assert done.returncode == 2, done.stderr[-3000:]
     failed = [line for line in done.stderr.splitlines() if line.startswith("job ")]
     assert len(failed) == 1 and all("failed: it called sys.exit(0)" in line for line in failed), done.stderr

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 from commands import job_in_process, run_command, run_pipeline_command
+from no_figures import figures_off
 
 from pipeline.cli import compare as compare_command
 from pipeline import comparison as compare
@@ -51,6 +52,14 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
         job_in_process("tracking=none", f"paths.root={root}", f"hydra.run.dir={root / name}", override)
         folders[name] = root / name
     return folders
+
+
+@pytest.fixture
+def no_pngs():
+    """For the tests that check a comparison's numbers and words, not its PNGs: no PNG rendered
+    (tests/no_figures.py). The JSON report's, --log's and the MLflow sweep's tests draw them."""
+    with figures_off():
+        yield
 
 
 def _per_query(folder: Path) -> pd.DataFrame:
@@ -139,7 +148,7 @@ def better(jobs, tmp_path_factory) -> Path:
     return folder
 
 
-def test_the_console_leads_with_the_verdict_and_marks_against_the_best(jobs, better, tmp_path, capsys):
+def test_the_console_leads_with_the_verdict_and_marks_against_the_best(jobs, better, tmp_path, capsys, no_pngs):
     code, out, err = _compare(capsys, str(jobs["k1"]), str(better), str(jobs["b"]), *FAST, "--out",
                               str(tmp_path / "r"), "--delta", "0.02")
     assert code == 0, err
@@ -168,7 +177,7 @@ def test_the_console_leads_with_the_verdict_and_marks_against_the_best(jobs, bet
     assert "## Every test (--all-tests), against better" in (tmp_path / "r2" / "report.md").read_text()
 
 
-def test_trec_run_files_are_scored_like_pipeline_score(jobs, tmp_path, capsys):
+def test_trec_run_files_are_scored_like_pipeline_score(jobs, tmp_path, capsys, no_pngs):
     runs = []
     for name in ("k1", "b"):
         runs.append(tmp_path / f"{name}.trec")
@@ -190,7 +199,7 @@ def test_trec_run_files_are_scored_like_pipeline_score(jobs, tmp_path, capsys):
         _by_metric(report)["ndcg_at_10"]["vs_baseline"][0]["diff"], abs=1e-12)
 
 
-def test_report_for_folders_is_the_commands_report(jobs, tmp_path, capsys):
+def test_report_for_folders_is_the_commands_report(jobs, tmp_path, capsys, no_pngs):
     data = compare.report_for_folders([jobs["k1"], jobs["k5"]], ["ndcg_at_10"], n_resamples=2000,
                                       n_permutations=2000, out=tmp_path / "f")
     cli = _json(capsys, str(jobs["k1"]), str(jobs["k5"]), "--metric", "ndcg_at_10", *FAST, "--out", str(tmp_path / "c"))
@@ -239,7 +248,7 @@ def test_bad_input_is_one_line_and_status_2(case, jobs, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_a_missing_query_scores_zero_when_asked(jobs, tmp_path, capsys):
+def test_a_missing_query_scores_zero_when_asked(jobs, tmp_path, capsys, no_pngs):
     short = _drop_query(jobs, tmp_path)
     report = _json(capsys, str(jobs["k5"]), str(short), "--missing", "zero", *FAST, "--out", str(tmp_path / "r"))
     assert report["zero_filled"] == {report["systems"][1]["name"]: ["q04"]}
@@ -265,8 +274,9 @@ def test_log_puts_the_report_on_a_new_run_in_experiment_compare(jobs, tmp_path, 
 @pytest.mark.slow
 def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, store, capsys):
     sweep = tmp_path / "sweep"
-    done = _run("-m", "retriever.k1=0.5,1.2", f"tracking.uri={store}", f"paths.root={tmp_path}",
-                f"hydra.sweep.dir={sweep}")
+    with figures_off():  # the sweep's own PNGs are not checked here (tests/no_figures.py)
+        done = _run("-m", "retriever.k1=0.5,1.2", f"tracking.uri={store}", f"paths.root={tmp_path}",
+                    f"hydra.sweep.dir={sweep}")
     assert done.returncode == 0, done.stderr[-3000:]
     parent = json.loads((sweep / "mlflow_sweep.json").read_text())["parent_run_id"]
 
@@ -288,14 +298,16 @@ def test_an_mlflow_sweep_compares_its_jobs_and_logs_to_its_parent(tmp_path, stor
     logged = {a.path for a in client.list_artifacts(parent, "compare/ml")}
     assert "compare/ml/report.md" in logged and "compare/ml/main_effects.png" in logged
 
-    # the sweep's folder gives the same numbers; its runs by id and by experiment too
-    folder = _json(capsys, str(sweep), *FAST, "--out", str(tmp_path / "folder"))
+    # the sweep's folder gives the same numbers; its runs by id and by experiment too (their numbers
+    # are checked, not their PNGs: main_effects.png above is)
+    with figures_off():
+        folder = _json(capsys, str(sweep), *FAST, "--out", str(tmp_path / "folder"))
+        by_id = _json(capsys, *(f"mlflow:{s['run_id']}" for s in report["systems"]), "--tracking-uri", store, *FAST,
+                      "--out", str(tmp_path / "ids"))
+        by_exp = _json(capsys, "mlflow-experiment:sample:params.`retriever.k1` = '1.2'", "--tracking-uri", store,
+                       str(sweep / "0"), *FAST, "--out", str(tmp_path / "exp"))
     assert folder["comparisons"] == report["comparisons"]
-    by_id = _json(capsys, *(f"mlflow:{s['run_id']}" for s in report["systems"]), "--tracking-uri", store, *FAST,
-                  "--out", str(tmp_path / "ids"))
     assert by_id["comparisons"] == report["comparisons"]
-    by_exp = _json(capsys, "mlflow-experiment:sample:params.`retriever.k1` = '1.2'", "--tracking-uri", store,
-                   str(sweep / "0"), *FAST, "--out", str(tmp_path / "exp"))
     assert [s["kind"] for s in by_exp["systems"]] == ["mlflow", "job"]
 
 
@@ -323,7 +335,7 @@ def test_a_per_query_table_is_read_from_its_used_columns_only(tmp_path):
         read_per_query(path, ["ndcg_at_10"])
 
 
-def test_run_files_compare_at_a_cut_off_past_their_depth_like_trec_eval(tmp_path, capsys):
+def test_run_files_compare_at_a_cut_off_past_their_depth_like_trec_eval(tmp_path, capsys, no_pngs):
     import pytrec_eval
 
     qrels = {"q1": {"d1": 1, "d2": 1, "d3": 1}, "q2": {"d4": 2}, "q3": {"d1": 1}}

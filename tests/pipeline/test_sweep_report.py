@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 from commands import run_pipeline_command
+from no_figures import figures_off
 
 from pipeline.io import results as res
 
@@ -45,8 +46,9 @@ def k1_sweep(tmp_path_factory, migrated_store):
     root = tmp_path_factory.mktemp("k1_sweep")
     shutil.copy(migrated_store, root / "mlflow.db")
     store, sweep = f"sqlite:///{root / 'mlflow.db'}", root / "sweep"
-    proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={root / 'out'}", f"tracking.uri={store}",
-               f"hydra.sweep.dir={sweep}")
+    with figures_off(keep=("forest.png",)):  # the one PNG checked (tests/no_figures.py)
+        proc = cli("-m", "retriever.k1=0.1,1.2", "k=5,10", f"paths.root={root / 'out'}", f"tracking.uri={store}",
+                   f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, sweep, store
 
@@ -137,8 +139,9 @@ def test_two_pairs_of_identical_rankings_are_two_results_and_one_comparison(k1_s
 def test_optuna_trials_are_named_by_their_parameters_and_the_parent_records_the_best(tmp_path, store):
     """experiment=tune_bm25 with 3 trials: the sampler's trials, none lost (this was also
     test_app_sweeps.py's Optuna test: one sweep for both)."""
-    proc = cli("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"paths.root={tmp_path / 'out'}",
-               f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    with figures_off():  # no PNG is checked here (tests/no_figures.py)
+        proc = cli("-m", "experiment=tune_bm25", "hydra.sweeper.n_trials=3", f"paths.root={tmp_path / 'out'}",
+                   f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, parents, jobs = _runs(store)
     assert len(jobs) == 3 and len(parents) == 1
@@ -163,7 +166,9 @@ def test_one_override_moves_every_output(tmp_path):
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     root = tmp_path / "root"
-    proc = run_pipeline_command(f"paths.root={root}", "tracking=none", cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    with figures_off():  # where the outputs go is checked, not the PNGs
+        proc = run_pipeline_command(f"paths.root={root}", "tracking=none", cwd=cwd,
+                                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(cwd.iterdir()) == []  # nothing in the working directory
     (folder,) = res.find_results([root / "runs"])

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from commands import run_command, run_pipeline_command
+from no_figures import figures_off
 
 from pipeline import stats
 from pipeline.io import results as res
@@ -28,12 +29,14 @@ def _env() -> dict[str, str]:
     return env
 
 
-def sweep(tmp_path: Path, *overrides: str, store: str | None = None):
-    """``python -m pipeline -m OVERRIDES`` in this process: its result and its folder."""
+def sweep(tmp_path: Path, *overrides: str, store: str | None = None, figures: tuple[str, ...] = ()):
+    """``python -m pipeline -m OVERRIDES`` in this process: its result and its folder. Only the
+    PNGs named in ``figures`` are rendered (the ones the test checks; tests/no_figures.py)."""
     folder = tmp_path / "sweep"
     track = [f"tracking.uri={store}"] if store else ["tracking=none"]
-    proc = run_pipeline_command("-m", *overrides, f"paths.root={tmp_path / 'out'}", *track,
-                                f"hydra.sweep.dir={folder}", env=_env())
+    with figures_off(keep=figures):
+        proc = run_pipeline_command("-m", *overrides, f"paths.root={tmp_path / 'out'}", *track,
+                                    f"hydra.sweep.dir={folder}", env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, folder
 
@@ -140,7 +143,8 @@ def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path, store):
     """Also test_chunking.py's sweep over chunk size and budget (one sweep for both): each
     budget is a step of the run's budget/* curves in MLflow, and a column of the summary."""
     proc, folder = sweep(tmp_path, "dataset=sample_long", "chunker=tokens", "chunker.size=64,256", "budget=256,512",
-                         "budgets=[256,512]", "objective=context_recall_budget_512", store=store)
+                         "budgets=[256,512]", "objective=context_recall_budget_512", store=store,
+                         figures=("budget_curve.png",))
     jobs = {res.read_record(r)["run_name"]: r for r in res.find_results([folder])}
     assert len(jobs) == 4
     from mlflow import MlflowClient  # (test_chunking.py's checks)
@@ -174,8 +178,10 @@ def test_a_budget_metric_is_an_objective_and_a_compare_metric(tmp_path, store):
     assert (folder / "summary" / "budget_curve.png").stat().st_size > 10_000
     # compare --metric on two jobs of different chunk sizes: the means are the jobs' own
     a, b = sorted(jobs.values())[0], sorted(jobs.values())[-1]
-    out = run_command("compare", str(a.parent), str(b.parent), "--metric", "context_recall_budget_512", "--json",
-                      "--out", str(tmp_path / "cmp"), "--n-resamples", "500", "--n-permutations", "500", env=_env())
+    with figures_off():  # its numbers are checked, not its PNGs
+        out = run_command("compare", str(a.parent), str(b.parent), "--metric", "context_recall_budget_512", "--json",
+                          "--out", str(tmp_path / "cmp"), "--n-resamples", "500", "--n-permutations", "500",
+                          env=_env())
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     means = [s["mean"] for s in report["comparisons"][0]["systems"]]

@@ -424,14 +424,21 @@ def _job_overrides(root, data) -> list[str]:
 
 def killed_job(root, data, wait_for_shards: int) -> None:
     """``python -m pipeline retriever=dense`` on ``data`` with MiniLM, a process, SIGKILLed as
-    soon as ``wait_for_shards`` shards of its text cache are written."""
+    soon as ``wait_for_shards`` shards of its text cache are written. The process is forked from
+    this one (tests/forked.py: ``runpy`` runs ``pipeline/__main__.py`` there as ``-m`` does) with
+    torch and sentence-transformers imported before the fork, one numeric thread as
+    ``OMP_NUM_THREADS=1`` gave a new interpreter: a new interpreter paid seconds of imports that
+    the check (what a real SIGKILL leaves on disk) does not need."""
     import signal
     import time
 
-    command = [sys.executable, "-m", "pipeline", *_job_overrides(root, data)]
+    import sentence_transformers  # noqa: F401 - imported once, before the fork
+    import torch
+    from forked import pipeline_child
+
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = pipeline_child(*_job_overrides(root, data), env=env, cwd=repo, prepare=lambda: torch.set_num_threads(1))
     try:
         deadline = time.monotonic() + 300
         while len(shard_files(root / "cache")) < wait_for_shards and proc.poll() is None:
@@ -439,12 +446,12 @@ def killed_job(root, data, wait_for_shards: int) -> None:
             time.sleep(0.02)
         assert proc.poll() is None, "the job ended before it could be killed: the test tests nothing"
         proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
+        done = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+    assert done.status == -signal.SIGKILL, done.stderr[-3000:]
 
 
 def job_here(root, data) -> str:
