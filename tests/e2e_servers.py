@@ -22,7 +22,9 @@ start again if a later file asks. Any test that uses one of these fixtures is ma
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import json
 import os
 import secrets
 import shutil
@@ -239,20 +241,19 @@ class TeamServer:
 
 
 def _create_users(uri: str, users: dict[str, str]) -> None:
-    from mlflow.server.auth.client import AuthServiceClient
-
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
-    os.environ.update(MLFLOW_TRACKING_USERNAME=ADMIN, MLFLOW_TRACKING_PASSWORD=users[ADMIN])
-    try:
-        admin = AuthServiceClient(uri)
-        for name in TEAM:
-            admin.create_user(name, users[name])
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    """The team's users, created by the admin through the auth app's REST endpoint
+    (``POST /api/2.0/mlflow/users/create``, what ``AuthServiceClient.create_user`` sends): plain
+    HTTP with basic auth, since importing ``mlflow.server.auth.client`` loads the whole server
+    (Flask, FastAPI, the SQLAlchemy stores: ~3 s of CPU) into the tests' process."""
+    token = base64.b64encode(f"{ADMIN}:{users[ADMIN]}".encode()).decode()
+    for name in TEAM:
+        request = urllib.request.Request(
+            f"{uri}/api/2.0/mlflow/users/create", method="POST",
+            data=json.dumps({"username": name, "password": users[name]}).encode(),
+            headers={"Authorization": f"Basic {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            created = json.loads(resp.read())["user"]
+        assert created["username"] == name and not created["is_admin"], created
 
 
 def start_team_server(root: Path, pg, timeout: float = SERVER_START_TIMEOUT_S) -> TeamServer:

@@ -2,9 +2,10 @@
 PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it (the
 session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
 
-- Three joblib sweeps of 2 jobs each, started at once by one user (three processes): 6 job
-  runs and 3 parent runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
-  parent, its metrics those of its folder.
+- Three sweeps of 2 jobs each, started at once by one user (three processes, one of them a
+  joblib sweep whose two worker processes log too): 6 job runs and 3 parent runs reach
+  PostgreSQL, none lost, every job FINISHED and nested under its own sweep's parent, its
+  metrics those of its folder.
 - A job without credentials is refused with one clear line, exit status 3 and its results
   on disk; a second user's job with MLFLOW_TRACKING_USERNAME/PASSWORD lands in the shared
   experiment; no password reaches params, tags, the job's output or its folder.
@@ -20,10 +21,11 @@ session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
   or the runs. (This was tests/faults/test_secrets.py, on a server of its own.)
 
 The sweeps and the refused job are processes (what they check is three processes at once, a
-process's exit status and console): the refused job and the password test's sweep are
-``python -m pipeline``, the three sweeps children forked from this process that run
-``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted job, the job with the password in its URI and
-the syncs run in this process (tests/commands.py), with the environment they would get.
+process's exit status and console): the refused job is ``python -m pipeline``, the three
+sweeps and the password test's sweep children forked from this process that run
+``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted
+job, the job with the password in its URI and the syncs run in this process
+(tests/commands.py), with the environment they would get.
 """
 
 from __future__ import annotations
@@ -44,8 +46,14 @@ from forked import pipeline_child
 
 REPO = Path(__file__).resolve().parents[2]
 
-SWEEPS = 3
 KS = (1, 2)  # 2 jobs per sweep: the claim is three sweeps (processes) at once, not their size
+#: The launcher of each sweep. The claim is three writers at once, each job nested under its
+#: own sweep's parent: the basic launcher's jobs run in the sweep's process, which holds that.
+#: One sweep is joblib's (its jobs in two loky worker processes that log with the credentials
+#: they inherit: the only joblib sweep against a server in the suite); a loky worker pays the
+#: imports again (~4 s of CPU each), so the other two are basic.
+LAUNCHERS = ("joblib", "basic", "basic")
+SWEEPS = len(LAUNCHERS)
 SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~30 s on 2 idle cores
 JOB_TIMEOUT_S = 120
 EXPERIMENT = "sample"  # the default dataset's name
@@ -129,12 +137,12 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     user = "alice"
     password = team_server.users[user]
     procs = []
-    for n in range(1, SWEEPS + 1):
+    for n, launcher in enumerate(LAUNCHERS, start=1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
-        args = ["-m", "hydra/launcher=joblib", f"k={','.join(map(str, KS))}", "tracking=server",
+        args = ["-m", f"hydra/launcher={launcher}", f"k={','.join(map(str, KS))}", "tracking=server",
                 f"tracking.uri={team_server.uri}", f"paths.root={root}", f"hydra.sweep.dir={root / 'multirun'}"]
-        # Three processes forked from this one, each in a session of its own (its joblib workers
+        # Three processes forked from this one, each in a session of its own (joblib's workers
         # with it): tests/forked.py runs pipeline/__main__.py there, without a new interpreter.
         procs.append((root, pipeline_child(*args, env=team_server.env(user), cwd=REPO, prepare=os.setsid)))
 
@@ -280,16 +288,17 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path
     sweep = tmp_path / "sweep"
     common = ["tracking=server", f"tracking.uri={uri_with_password}", f"tracking.experiment={SECRETS_EXPERIMENT}",
               f"paths.root={tmp_path / 'out'}"]
-    # The sweep is a process (its console, Hydra's launcher lines); the job runs in this process
-    # meanwhile, with the environment a process of _env() would have.
-    started = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "k=3,5", "verbose=true", *common,
-                                f"hydra.sweep.dir={sweep}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    # The sweep is a process (its console, Hydra's launcher lines): a child forked from this one
+    # that runs pipeline/__main__.py (tests/forked.py; a new interpreter's imports would add
+    # seconds and check nothing more here). The job runs in this process meanwhile, with the
+    # environment a process of _env() would have.
+    started = pipeline_child("-m", "k=3,5", "verbose=true", *common, f"hydra.sweep.dir={sweep}", env=_env(),
+                             cwd=REPO)
     try:
         _as_user(monkeypatch, _env())
         job = run_job_command(*common, f"hydra.run.dir={tmp_path / 'job'}", figures=True)  # its PNGs read too
     finally:
-        swept = _finish(started, TIMEOUT_S)
+        swept = started.wait(TIMEOUT_S)
     assert job.returncode == 0, job.stderr[-3000:]
     assert swept.returncode == 0, swept.stderr[-3000:]
     for proc in (job, swept):
