@@ -258,7 +258,12 @@ def _create_users(uri: str, users: dict[str, str]) -> None:
 
 def start_team_server(root: Path, pg, timeout: float = SERVER_START_TIMEOUT_S) -> TeamServer:
     """Create the two databases and their owner, write the auth config, start ``mlflow
-    server --app-name basic-auth`` with 2 workers, and create the team's users."""
+    server --app-name basic-auth`` with one worker, and create the team's users.
+
+    One uvicorn worker serves the concurrent requests of many clients from its thread pool,
+    each with its own PostgreSQL connection: the writers at once that the tests check are the
+    clients (three sweeps, joblib's workers). A second worker would import the whole server
+    again (~5 s of CPU) for nothing a test reads; docs/team-server.md runs more for throughput."""
     db_password = secrets.token_urlsafe(16)
     pg.execute(f"CREATE ROLE mlflow LOGIN PASSWORD '{db_password}'",
                "CREATE DATABASE mlflow OWNER mlflow", "CREATE DATABASE mlflow_auth OWNER mlflow")
@@ -277,7 +282,7 @@ def start_team_server(root: Path, pg, timeout: float = SERVER_START_TIMEOUT_S) -
         # Without the cache every request pays a scrypt check (~0.15 s of CPU).
         "auth_cache_ttl_seconds = 300\n")
     auth_ini.chmod(0o600)
-    server = launch_mlflow(root, "--app-name", "basic-auth", "--workers", "2",
+    server = launch_mlflow(root, "--app-name", "basic-auth", "--workers", "1",
                            "--backend-store-uri", pg.url("mlflow", "mlflow", db_password),
                            env={"MLFLOW_AUTH_CONFIG_PATH": str(auth_ini),
                                 "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)},
