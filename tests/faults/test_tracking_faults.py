@@ -104,7 +104,7 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, store, 
     # 12 jobs: a sweep's job takes well under a second now (no PNGs), and the signal must land
     # while jobs are left even on a loaded machine; it lands once 2 have finished (the test
     # polls every 20 ms). Not more: Hydra composes every job's config before the first starts
-    # (~0.2 s of CPU each).
+    # (tenths of a second of CPU each).
     jobs = ("k=1,2,3,4,5,6", "reorder=none,reverse")
     proc = (_sweep if signum == signal.SIGTERM else _sweep_child)(tmp_path, "s", store, *jobs)
     sweep = tmp_path / "s" / "sweep"
