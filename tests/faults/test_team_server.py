@@ -2,10 +2,10 @@
 PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it (the
 session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
 
-- Three sweeps of 2 jobs each, started at once by one user (three processes, one of them a
-  joblib sweep whose two worker processes log too): 6 job runs and 3 parent runs reach
-  PostgreSQL, none lost, every job FINISHED and nested under its own sweep's parent, its
-  metrics those of its folder.
+- Three sweeps started at once by one user (three processes): a joblib sweep of 2 jobs, whose
+  two worker processes log too, and two basic sweeps of 1 job each; 4 job runs and 3 parent
+  runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
+  parent, its metrics those of its folder.
 - A job without credentials is refused with one clear line, exit status 3 and its results
   on disk; a second user's job with MLFLOW_TRACKING_USERNAME/PASSWORD lands in the shared
   experiment; no password reaches params, tags, the job's output or its folder.
@@ -46,14 +46,13 @@ from forked import pipeline_child
 
 REPO = Path(__file__).resolve().parents[2]
 
-KS = (1, 2)  # 2 jobs per sweep: the claim is three sweeps (processes) at once, not their size
-#: The launcher of each sweep. The claim is three writers at once, each job nested under its
-#: own sweep's parent: the basic launcher's jobs run in the sweep's process, which holds that.
-#: One sweep is joblib's (its jobs in two loky worker processes that log with the credentials
-#: they inherit: the only joblib sweep against a server in the suite); a loky worker pays the
-#: imports again (~4 s of CPU each), so the other two are basic.
-LAUNCHERS = ("joblib", "basic", "basic")
-SWEEPS = len(LAUNCHERS)
+#: Each sweep's launcher and its k values (its jobs). The claim is three writers at once, each
+#: job nested under its own sweep's parent, not the sweeps' size: the basic launcher's job runs
+#: in the sweep's process, which holds that, and one job is enough. One sweep is joblib's, two
+#: jobs in two loky worker processes that log with the credentials they inherit (the only
+#: joblib sweep against a server in the suite); a loky worker pays the imports again (~3-4 s of
+#: CPU each), so the other two are basic.
+SWEEPS = (("joblib", (1, 2)), ("basic", (1,)), ("basic", (2,)))
 SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~30 s on 2 idle cores
 JOB_TIMEOUT_S = 120
 EXPERIMENT = "sample"  # the default dataset's name
@@ -137,23 +136,23 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     user = "alice"
     password = team_server.users[user]
     procs = []
-    for n, launcher in enumerate(LAUNCHERS, start=1):
+    for n, (launcher, ks) in enumerate(SWEEPS, start=1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
-        args = ["-m", f"hydra/launcher={launcher}", f"k={','.join(map(str, KS))}", "tracking=server",
+        args = ["-m", f"hydra/launcher={launcher}", f"k={','.join(map(str, ks))}", "tracking=server",
                 f"tracking.uri={team_server.uri}", f"paths.root={root}", f"hydra.sweep.dir={root / 'multirun'}"]
         # Three processes forked from this one, each in a session of its own (joblib's workers
         # with it): tests/forked.py runs pipeline/__main__.py there, without a new interpreter.
-        procs.append((root, pipeline_child(*args, env=team_server.env(user), cwd=REPO, prepare=os.setsid)))
+        procs.append((root, ks, pipeline_child(*args, env=team_server.env(user), cwd=REPO, prepare=os.setsid)))
 
     deadline = time.monotonic() + SWEEP_TIMEOUT_S
-    while any(proc.poll() is None for _, proc in procs) and time.monotonic() < deadline:
+    while any(proc.poll() is None for _, _, proc in procs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for _, proc in procs:  # the sweeps and their joblib workers
+    for _, _, proc in procs:  # the sweeps and their joblib workers
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    outputs = {root: proc.wait(timeout=30) for root, proc in procs}
-    for root, _ in procs:
+    outputs = {root: proc.wait(timeout=30) for root, _, proc in procs}
+    for root, _, _ in procs:
         done = outputs[root]
         assert done.returncode == 0, (f"{root.name} exited {done.returncode} (-9: killed after "
                                       f"{SWEEP_TIMEOUT_S} s)\n{_explain(done.stdout)}\n{_explain(done.stderr)}\n"
@@ -163,7 +162,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     experiment = client.get_experiment_by_name(EXPERIMENT)
     assert experiment is not None
     all_runs = []
-    for root, _ in procs:
+    for root, ks, _ in procs:
         sweep_dir = root / "multirun"
         sweep_id = json.loads((sweep_dir / "mlflow_sweep.json").read_text())["sweep_id"]
         runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.sweep_id = '{sweep_id}'",
@@ -174,8 +173,10 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
         parent = parents[0]
         assert parent.info.status == "FINISHED", f"{root.name}: parent run {parent.info.status}"
         jobs = [r for r in runs if r is not parent]
-        assert sorted(r.info.run_name for r in jobs) == sorted(f"k{k} bm25" for k in KS), root.name
-        assert len({r.data.tags["job_key"] for r in jobs}) == len(KS), f"{root.name}: a job logged twice"
+        # the swept keys first; a key of one value is not swept (a single job's name: "bm25 k1")
+        names = [f"k{k} bm25" if len(ks) > 1 else f"bm25 k{k}" for k in ks]
+        assert sorted(r.info.run_name for r in jobs) == sorted(names), root.name
+        assert len({r.data.tags["job_key"] for r in jobs}) == len(ks), f"{root.name}: a job logged twice"
         for run in jobs:
             assert run.info.status == "FINISHED", f"{root.name}: {run.info.run_name} is {run.info.status}"
             assert run.data.tags.get("mlflow.parentRunId") == parent.info.run_id, \
@@ -193,13 +194,13 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
                                                                    rel=1e-12, abs=1e-15)
             assert run.data.metrics["n_queries"] == on_disk[run.info.run_name]["n_queries"]
 
-    assert len(all_runs) == SWEEPS * (len(KS) + 1)
+    assert len(all_runs) == sum(len(ks) + 1 for _, ks in SWEEPS)
     # They are in PostgreSQL: the server's backend store, read directly.
     ids = [r.info.run_id for r in all_runs]
     stored = team_server.postgres.query("mlflow", "SELECT run_uuid, status FROM runs WHERE run_uuid = ANY(%s)", (ids,))
     assert sorted(stored) == sorted((r.info.run_id, "FINISHED") for r in all_runs)
 
-    for root, _ in procs:  # alice's password: nowhere in what the sweeps wrote or logged
+    for root, _, _ in procs:  # alice's password: nowhere in what the sweeps wrote or logged
         stdout, stderr = outputs[root].stdout, outputs[root].stderr
         _no_secret(password, f"{root.name} stdout", stdout)
         _no_secret(password, f"{root.name} stderr", stderr)
