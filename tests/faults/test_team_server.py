@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: job nested under its own sweep's parent, not the sweeps' size: the basic launcher's job runs
 #: in the sweep's process, which holds that, and one job is enough. One sweep is joblib's, two
 #: jobs in two loky worker processes that log with the credentials they inherit (the only
-#: joblib sweep against a server in the suite); a loky worker pays the imports again (~3-4 s of
+#: joblib sweep against a server in the suite); a loky worker pays the imports again (~3 s of
 #: CPU each), so the other two are basic.
 SWEEPS = (("joblib", (1, 2)), ("basic", (1,)), ("basic", (2,)))
 SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~30 s on 2 idle cores
