@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: joblib sweep against a server in the suite); a loky worker pays the imports again (~3 s of
 #: CPU each), so the other two are basic.
 SWEEPS = (("joblib", (1, 2)), ("basic", (1,)), ("basic", (2,)))
-SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~30 s on 2 idle cores
+SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~15 s on 2 idle cores
 JOB_TIMEOUT_S = 120
 EXPERIMENT = "sample"  # the default dataset's name
 RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \((?P<name>[^)]*)\) in experiment '(?P<exp>[^']*)' at (?P<uri>\S+)$", re.M)
