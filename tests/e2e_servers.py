@@ -22,7 +22,9 @@ start again if a later file asks. Any test that uses one of these fixtures is ma
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import json
 import os
 import secrets
 import shutil
@@ -239,25 +241,29 @@ class TeamServer:
 
 
 def _create_users(uri: str, users: dict[str, str]) -> None:
-    from mlflow.server.auth.client import AuthServiceClient
-
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
-    os.environ.update(MLFLOW_TRACKING_USERNAME=ADMIN, MLFLOW_TRACKING_PASSWORD=users[ADMIN])
-    try:
-        admin = AuthServiceClient(uri)
-        for name in TEAM:
-            admin.create_user(name, users[name])
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    """The team's users, created by the admin through the auth app's REST endpoint
+    (``POST /api/2.0/mlflow/users/create``, what ``AuthServiceClient.create_user`` sends): plain
+    HTTP with basic auth, since importing ``mlflow.server.auth.client`` loads the whole server
+    (Flask, FastAPI, the SQLAlchemy stores: ~3 s of CPU) into the tests' process."""
+    token = base64.b64encode(f"{ADMIN}:{users[ADMIN]}".encode()).decode()
+    for name in TEAM:
+        request = urllib.request.Request(
+            f"{uri}/api/2.0/mlflow/users/create", method="POST",
+            data=json.dumps({"username": name, "password": users[name]}).encode(),
+            headers={"Authorization": f"Basic {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            created = json.loads(resp.read())["user"]
+        assert created["username"] == name and not created["is_admin"], created
 
 
 def start_team_server(root: Path, pg, timeout: float = SERVER_START_TIMEOUT_S) -> TeamServer:
     """Create the two databases and their owner, write the auth config, start ``mlflow
-    server --app-name basic-auth`` with 2 workers, and create the team's users."""
+    server --app-name basic-auth`` with one worker, and create the team's users.
+
+    One uvicorn worker serves the concurrent requests of many clients from its thread pool,
+    each with its own PostgreSQL connection: the writers at once that the tests check are the
+    clients (three sweeps, joblib's workers). A second worker would import the whole server
+    again (~5 s of CPU) for nothing a test reads; docs/team-server.md runs more for throughput."""
     db_password = secrets.token_urlsafe(16)
     pg.execute(f"CREATE ROLE mlflow LOGIN PASSWORD '{db_password}'",
                "CREATE DATABASE mlflow OWNER mlflow", "CREATE DATABASE mlflow_auth OWNER mlflow")
@@ -276,7 +282,7 @@ def start_team_server(root: Path, pg, timeout: float = SERVER_START_TIMEOUT_S) -
         # Without the cache every request pays a scrypt check (~0.15 s of CPU).
         "auth_cache_ttl_seconds = 300\n")
     auth_ini.chmod(0o600)
-    server = launch_mlflow(root, "--app-name", "basic-auth", "--workers", "2",
+    server = launch_mlflow(root, "--app-name", "basic-auth", "--workers", "1",
                            "--backend-store-uri", pg.url("mlflow", "mlflow", db_password),
                            env={"MLFLOW_AUTH_CONFIG_PATH": str(auth_ini),
                                 "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)},

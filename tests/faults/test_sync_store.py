@@ -13,6 +13,8 @@ never trusted alone.
 
 Sync and the single job run in this process (tests/commands.py); the sweep is a process, made
 once for the module: a child forked from this one that runs pipeline/__main__.py (tests/forked.py).
+The stores the job and the sweep log to are copies of the session's migrated store
+(tests/conftest.py); the stores sync logs to after a move are created by sync.
 """
 
 from __future__ import annotations
@@ -60,18 +62,22 @@ def _tree(folder: Path) -> dict[str, tuple[int, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Path:
-    """A finished sweep of two jobs logged to its own sqlite store (``<root>/mlflow.db``)."""
+def sweep(tmp_path_factory, migrated_store) -> Path:
+    """A finished sweep of two jobs logged to its own sqlite store (``<root>/mlflow.db``, a copy
+    of the session's migrated store: what is checked here is sync, not a store's creation)."""
     root = tmp_path_factory.mktemp("sweep")
+    shutil.copy(migrated_store, root / "mlflow.db")
     proc = pipeline_child("-m", "k=3,5", f"paths.root={root}", f"hydra.sweep.dir={root / 'sweep'}", env=_env(),
                           cwd=ROOT).wait(TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "sweep"
 
 
-@pytest.mark.slow  # two MLflow stores created (their migrations)
-def test_a_moved_store_gets_the_job_again_and_a_lost_marker_is_adopted(tmp_path, sync):
+@pytest.mark.slow  # a job, and an MLflow store created (its migrations)
+def test_a_moved_store_gets_the_job_again_and_a_lost_marker_is_adopted(tmp_path, sync, migrated_store):
     out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(migrated_store, out / "mlflow.db")  # the job's store; the one sync makes after the move is new
     job_in_process(f"paths.root={out}", f"hydra.run.dir={tmp_path / 'job'}")
     results = tmp_path / "job" / "results"
     store = f"sqlite:///{out / 'mlflow.db'}"

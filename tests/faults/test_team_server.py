@@ -2,8 +2,9 @@
 PostgreSQL backend store and MLflow's basic-auth app, as docs/team-server.md runs it (the
 session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
 
-- Three joblib sweeps of 2 jobs each, started at once by one user (three processes): 6 job
-  runs and 3 parent runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
+- Three sweeps started at once by one user (three processes): a joblib sweep of 2 jobs, whose
+  two worker processes log too, and two basic sweeps of 1 job each; 4 job runs and 3 parent
+  runs reach PostgreSQL, none lost, every job FINISHED and nested under its own sweep's
   parent, its metrics those of its folder.
 - A job without credentials is refused with one clear line, exit status 3 and its results
   on disk; a second user's job with MLFLOW_TRACKING_USERNAME/PASSWORD lands in the shared
@@ -20,10 +21,11 @@ session's ``team_server``, tests/e2e_servers.py: this file's tests share it).
   or the runs. (This was tests/faults/test_secrets.py, on a server of its own.)
 
 The sweeps and the refused job are processes (what they check is three processes at once, a
-process's exit status and console): the refused job and the password test's sweep are
-``python -m pipeline``, the three sweeps children forked from this process that run
-``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted job, the job with the password in its URI and
-the syncs run in this process (tests/commands.py), with the environment they would get.
+process's exit status and console): the refused job is ``python -m pipeline``, the three
+sweeps and the password test's sweep children forked from this process that run
+``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted
+job, the job with the password in its URI and the syncs run in this process
+(tests/commands.py), with the environment they would get.
 """
 
 from __future__ import annotations
@@ -44,9 +46,14 @@ from forked import pipeline_child
 
 REPO = Path(__file__).resolve().parents[2]
 
-SWEEPS = 3
-KS = (1, 2)  # 2 jobs per sweep: the claim is three sweeps (processes) at once, not their size
-SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~30 s on 2 idle cores
+#: Each sweep's launcher and its k values (its jobs). The claim is three writers at once, each
+#: job nested under its own sweep's parent, not the sweeps' size: the basic launcher's job runs
+#: in the sweep's process, which holds that, and one job is enough. One sweep is joblib's, two
+#: jobs in two loky worker processes that log with the credentials they inherit (the only
+#: joblib sweep against a server in the suite); a loky worker pays the imports again (~3 s of
+#: CPU each), so the other two are basic.
+SWEEPS = (("joblib", (1, 2)), ("basic", (1,)), ("basic", (2,)))
+SWEEP_TIMEOUT_S = 420  # all three sweeps together: ~15 s on 2 idle cores
 JOB_TIMEOUT_S = 120
 EXPERIMENT = "sample"  # the default dataset's name
 RUN_LINE = re.compile(r"^MLflow run (?P<run_id>[0-9a-f]{32}) \((?P<name>[^)]*)\) in experiment '(?P<exp>[^']*)' at (?P<uri>\S+)$", re.M)
@@ -129,23 +136,23 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     user = "alice"
     password = team_server.users[user]
     procs = []
-    for n in range(1, SWEEPS + 1):
+    for n, (launcher, ks) in enumerate(SWEEPS, start=1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
-        args = ["-m", "hydra/launcher=joblib", f"k={','.join(map(str, KS))}", "tracking=server",
+        args = ["-m", f"hydra/launcher={launcher}", f"k={','.join(map(str, ks))}", "tracking=server",
                 f"tracking.uri={team_server.uri}", f"paths.root={root}", f"hydra.sweep.dir={root / 'multirun'}"]
-        # Three processes forked from this one, each in a session of its own (its joblib workers
+        # Three processes forked from this one, each in a session of its own (joblib's workers
         # with it): tests/forked.py runs pipeline/__main__.py there, without a new interpreter.
-        procs.append((root, pipeline_child(*args, env=team_server.env(user), cwd=REPO, prepare=os.setsid)))
+        procs.append((root, ks, pipeline_child(*args, env=team_server.env(user), cwd=REPO, prepare=os.setsid)))
 
     deadline = time.monotonic() + SWEEP_TIMEOUT_S
-    while any(proc.poll() is None for _, proc in procs) and time.monotonic() < deadline:
+    while any(proc.poll() is None for _, _, proc in procs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for _, proc in procs:  # the sweeps and their joblib workers
+    for _, _, proc in procs:  # the sweeps and their joblib workers
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    outputs = {root: proc.wait(timeout=30) for root, proc in procs}
-    for root, _ in procs:
+    outputs = {root: proc.wait(timeout=30) for root, _, proc in procs}
+    for root, _, _ in procs:
         done = outputs[root]
         assert done.returncode == 0, (f"{root.name} exited {done.returncode} (-9: killed after "
                                       f"{SWEEP_TIMEOUT_S} s)\n{_explain(done.stdout)}\n{_explain(done.stderr)}\n"
@@ -155,7 +162,7 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     experiment = client.get_experiment_by_name(EXPERIMENT)
     assert experiment is not None
     all_runs = []
-    for root, _ in procs:
+    for root, ks, _ in procs:
         sweep_dir = root / "multirun"
         sweep_id = json.loads((sweep_dir / "mlflow_sweep.json").read_text())["sweep_id"]
         runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.sweep_id = '{sweep_id}'",
@@ -166,8 +173,10 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
         parent = parents[0]
         assert parent.info.status == "FINISHED", f"{root.name}: parent run {parent.info.status}"
         jobs = [r for r in runs if r is not parent]
-        assert sorted(r.info.run_name for r in jobs) == sorted(f"k{k} bm25" for k in KS), root.name
-        assert len({r.data.tags["job_key"] for r in jobs}) == len(KS), f"{root.name}: a job logged twice"
+        # the swept keys first; a key of one value is not swept (a single job's name: "bm25 k1")
+        names = [f"k{k} bm25" if len(ks) > 1 else f"bm25 k{k}" for k in ks]
+        assert sorted(r.info.run_name for r in jobs) == sorted(names), root.name
+        assert len({r.data.tags["job_key"] for r in jobs}) == len(ks), f"{root.name}: a job logged twice"
         for run in jobs:
             assert run.info.status == "FINISHED", f"{root.name}: {run.info.run_name} is {run.info.status}"
             assert run.data.tags.get("mlflow.parentRunId") == parent.info.run_id, \
@@ -185,13 +194,13 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
                                                                    rel=1e-12, abs=1e-15)
             assert run.data.metrics["n_queries"] == on_disk[run.info.run_name]["n_queries"]
 
-    assert len(all_runs) == SWEEPS * (len(KS) + 1)
+    assert len(all_runs) == sum(len(ks) + 1 for _, ks in SWEEPS)
     # They are in PostgreSQL: the server's backend store, read directly.
     ids = [r.info.run_id for r in all_runs]
     stored = team_server.postgres.query("mlflow", "SELECT run_uuid, status FROM runs WHERE run_uuid = ANY(%s)", (ids,))
     assert sorted(stored) == sorted((r.info.run_id, "FINISHED") for r in all_runs)
 
-    for root, _ in procs:  # alice's password: nowhere in what the sweeps wrote or logged
+    for root, _, _ in procs:  # alice's password: nowhere in what the sweeps wrote or logged
         stdout, stderr = outputs[root].stdout, outputs[root].stderr
         _no_secret(password, f"{root.name} stdout", stdout)
         _no_secret(password, f"{root.name} stderr", stderr)
@@ -280,16 +289,17 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path
     sweep = tmp_path / "sweep"
     common = ["tracking=server", f"tracking.uri={uri_with_password}", f"tracking.experiment={SECRETS_EXPERIMENT}",
               f"paths.root={tmp_path / 'out'}"]
-    # The sweep is a process (its console, Hydra's launcher lines); the job runs in this process
-    # meanwhile, with the environment a process of _env() would have.
-    started = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "k=3,5", "verbose=true", *common,
-                                f"hydra.sweep.dir={sweep}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    # The sweep is a process (its console, Hydra's launcher lines): a child forked from this one
+    # that runs pipeline/__main__.py (tests/forked.py; a new interpreter's imports would add
+    # seconds and check nothing more here). The job runs in this process meanwhile, with the
+    # environment a process of _env() would have.
+    started = pipeline_child("-m", "k=3,5", "verbose=true", *common, f"hydra.sweep.dir={sweep}", env=_env(),
+                             cwd=REPO)
     try:
         _as_user(monkeypatch, _env())
         job = run_job_command(*common, f"hydra.run.dir={tmp_path / 'job'}", figures=True)  # its PNGs read too
     finally:
-        swept = _finish(started, TIMEOUT_S)
+        swept = started.wait(TIMEOUT_S)
     assert job.returncode == 0, job.stderr[-3000:]
     assert swept.returncode == 0, swept.stderr[-3000:]
     for proc in (job, swept):

@@ -13,7 +13,8 @@ docs/img/mlflow_{runs,run,curves,per_query}.png (and only then does the test wai
 before each, for the UI's transitions to settle: the checks wait for what they look at).
 
 The run is logged by a job in this process (tests/commands.py: what it prints, as
-``python -m pipeline`` would); the sweep is a process (``-m``).
+``python -m pipeline`` would); the sweep (``-m``) is a process, a child forked from this one
+that runs pipeline/__main__.py (tests/forked.py: without a new interpreter's imports).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import pytest
 from commands import run_job_command
+from e2e_servers import quiet_env
+from forked import pipeline_child
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -107,8 +110,7 @@ def _beside_the_panel(page, run_id: str, metrics: dict[str, float], close, tmp_p
     page.screenshot(path=str(tmp_path / "mlflow_runs_1600.png"))
 
 
-def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_table(mlflow_server, run_pipeline,
-                                                                                     tmp_path):
+def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_table(mlflow_server, tmp_path):
     from mlflow import MlflowClient
     from playwright.sync_api import expect, sync_playwright
 
@@ -124,8 +126,9 @@ def test_a_newcomer_sees_the_headline_columns_the_run_its_curves_and_per_query_t
     # Every printed link: the experiment's runs table, model-training view, the headline view.
     table_url = f"{mlflow_server.uri}/#/experiments/{exp_id}/runs?viewStateShareKey=headline&workflowType=machine_learning"
     assert link["url"] == table_url
-    sweep = run_pipeline(*SWEEP, "tracking=server", f"tracking.uri={mlflow_server.uri}",
-                         f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    sweep = pipeline_child(*SWEEP, "tracking=server", f"tracking.uri={mlflow_server.uri}",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}",
+                           env=quiet_env(), cwd=REPO).wait()
     assert sweep.returncode == 0, f"exit {sweep.returncode}\n{sweep.stdout[-3000:]}\n{sweep.stderr[-3000:]}"
     assert [m["url"] for m in OPEN_LINE.finditer(sweep.stdout)] == [table_url]
     # Params worth comparing: no Hydra _target_, the options chosen instead.
