@@ -25,7 +25,7 @@ import logging
 import posixpath
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,10 +139,33 @@ def discard_run(mlflow_client: MlflowClient, settings: StoreSettings, run_id: st
         from mlflow.cli import gc
 
         uri = f"sqlite:///{db.resolve()}"
-        with contextlib.redirect_stdout(io.StringIO()):  # gc says "permanently deleted" on stdout
+        with contextlib.redirect_stdout(io.StringIO()), _mlflow_tracking_uri_kept():  # gc prints on stdout
             gc.main(["--backend-store-uri", uri, "--tracking-uri", uri, "--run-ids", run_id], standalone_mode=False)
     except (Exception, SystemExit) as exc:  # click may raise SystemExit; Ctrl-C and SIGTERM go through
         log.warning("could not remove the deleted run %s from %s: %s", run_id, db, exc)
+
+
+@contextlib.contextmanager
+def _mlflow_tracking_uri_kept() -> Iterator[None]:
+    """MLflow's tracking URI of the process as it was before the block. ``mlflow gc`` calls
+    ``mlflow.set_tracking_uri`` with the store it cleans and leaves it there, in MLflow's global
+    and in ``MLFLOW_TRACKING_URI``: a later ``mlflow.search_runs`` in the same process (a user's
+    code after ``pipeline.api``, ``MlflowClient.load_table``, a later sync) would read that store.
+    MLflow keeps the unset state only in a module global (``get_tracking_uri`` resolves it), so
+    that global is what is saved and put back."""
+    import os
+
+    from mlflow.tracking._tracking_service import utils as uri_state
+
+    saved_uri, saved_env = uri_state._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        yield
+    finally:
+        uri_state._tracking_uri = saved_uri
+        if saved_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved_env
 
 
 def _contents(record: RunRecord) -> tuple[list[Metric], list[Param], DatasetInput]:
