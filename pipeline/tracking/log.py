@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import posixpath
 import tempfile
 import time
@@ -153,8 +154,6 @@ def _mlflow_tracking_uri_kept() -> Iterator[None]:
     code after ``pipeline.api``, ``MlflowClient.load_table``, a later sync) would read that store.
     MLflow keeps the unset state only in a module global (``get_tracking_uri`` resolves it), so
     that global is what is saved and put back."""
-    import os
-
     from mlflow.tracking._tracking_service import utils as uri_state
 
     saved_uri, saved_env = uri_state._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")

@@ -12,6 +12,7 @@ a process: tests/faults/test_tracking_faults.py (after ``kill -9``).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ def _runs(store: str) -> list:
 
 @pytest.mark.slow  # three MLflow runs logged with their artifacts
 def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
+    import mlflow
     from mlflow import MlflowClient
 
     job_in_process("tracking=none", "k=5", f"paths.root={tmp_path / 'out'}", figures=True)
@@ -63,7 +65,11 @@ def test_a_folder_is_logged_once_whatever_happened_before(tmp_path, store):
     client = MlflowClient(tracking_uri=store)
     client.set_terminated(run.info.run_id, status="RUNNING")
     (folder / res.MARKER).unlink()
+    uri_before, env_before = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
     assert sync(str(tmp_path / "out"), "--tracking-uri", store).returncode == 0
+    # Removing the run (``mlflow gc``, in this process) leaves MLflow's tracking URI as it was:
+    # gc sets it to the store it cleans, where a later mlflow.search_runs would then look.
+    assert (mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")) == (uri_before, env_before)
     (rerun,) = _runs(store)
     assert rerun.info.run_id != run.info.run_id and rerun.info.status == "FINISHED"
     with pytest.raises(Exception, match="not found"):
