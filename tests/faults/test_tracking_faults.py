@@ -101,11 +101,12 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, store, 
     scheduler sees); SIGINT to a child forked from this process that runs
     pipeline/__main__.py (its handlers the same, without the imports; ``python -m pipeline``
     exits 130 after Ctrl-C in tests/faults/test_user_code.py)."""
-    # 8 jobs: a sweep's job takes well under a second now (no PNGs), and the signal must land
+    # 16 jobs: a sweep's job takes well under a second now (no PNGs), and the signal must land
     # while jobs are left even on a loaded machine; it lands once 2 have finished (the test
-    # polls every 20 ms), 6 jobs before the last. Not more: before the first job the sweeper
-    # composes one job per k value (hydra_plugins/pipeline_grid_sweeper), a fixed cost.
-    jobs = ("k=1,2,3,4", "reorder=none,reverse")
+    # polls every 20 ms), 14 jobs before the last (with 8, a loaded run once saw the sweep end
+    # first). Not more: before the first job the sweeper composes one job per k value
+    # (hydra_plugins/pipeline_grid_sweeper), a fixed cost; jobs never started cost nothing.
+    jobs = ("k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
     proc = (_sweep if signum == signal.SIGTERM else _sweep_child)(tmp_path, "s", store, *jobs)
     sweep = tmp_path / "s" / "sweep"
     _wait_for_records(sweep, proc, 2)
@@ -121,7 +122,7 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, store, 
     (line,) = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
     assert f"interrupted ({signal.Signals(signum).name}):" in line and "KILLED" in line
     n = _assert_each_finished_job_once(sweep, store, "KILLED")
-    assert 2 <= n < 8 and f"{n} finished job(s) logged to MLflow" in line
+    assert 2 <= n < 16 and f"{n} finished job(s) logged to MLflow" in line
 
 
 def _uncomposable() -> None:
@@ -158,8 +159,9 @@ def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_p
 
 @pytest.mark.slow
 def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path, store):
-    # 8 jobs: SIGKILL lands once 2 have finished, and nothing runs after it
-    proc = _sweep_child(tmp_path, "s", store, "k=1,2,3,4", "reorder=none,reverse")
+    # 16 jobs: SIGKILL lands once 2 have finished, and nothing runs after it (as in the
+    # signal test above: jobs enough that a loaded machine's late kill still finds some left)
+    proc = _sweep_child(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
     sweep = tmp_path / "s" / "sweep"
     _wait_for_records(sweep, proc, 2)
     proc.send_signal(signal.SIGKILL)
