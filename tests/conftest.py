@@ -4,12 +4,12 @@ the files for ``-n 2 --dist loadfile``."""
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 from functools import cache
 from pathlib import Path
 
 import pytest
+from sample_embeddings import sample_cache, sample_embeddings, shared_root  # noqa: F401  (fixtures)
 
 #: The session-scoped servers of the end-to-end layer (MLflow, PostgreSQL, Chroma, Ray,
 #: Label Studio), started once per session and shared between files; docs/testing.md.
@@ -109,10 +109,7 @@ def migrated_store(tmp_path_factory) -> Path:
     finished tables into place), the others wait for that lock or find the file whole."""
     from pipeline import tracking
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        db = tmp_path_factory.getbasetemp().parent / "shared-store" / "mlflow.db"
-    else:
-        db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    db = shared_root(tmp_path_factory) / "shared-store" / "mlflow.db"
     if not db.exists():
         tracking.ensure_store(tracking.StoreSettings(f"sqlite:///{db}"))
     return db
@@ -124,4 +121,3 @@ def store(tmp_path, migrated_store) -> str:
     db = tmp_path / "mlflow.db"
     shutil.copy(migrated_store, db)
     return f"sqlite:///{db}"
-from sample_embeddings import sample_cache, sample_embeddings  # noqa: F401

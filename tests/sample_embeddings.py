@@ -24,12 +24,10 @@ tests/faults/test_cache_faults.py, tests/pipeline/test_cache.py, the golden jobs
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,20 +47,6 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-@contextlib.contextmanager
-def _offline() -> Iterator[None]:
-    """HF_HUB_OFFLINE=1 while building (the bundled model needs no network), as it was."""
-    before = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = before
-
-
 def build(folder: Path) -> None:
     """Encode the sample's documents and queries into the embedding cache at ``folder`` with
     ``DenseRetriever``'s defaults (= conf/retriever/dense.yaml), in this process."""
@@ -70,10 +54,9 @@ def build(folder: Path) -> None:
     from retrievers.dense import DenseRetriever
 
     collection = load_sample()
-    with _offline():
-        dense = DenseRetriever(cache_dir=folder, show_progress_bar=False)
-        dense.index(collection.doc_ids, collection.doc_texts)
-        dense.cached_embeddings("queries", collection.query_ids, collection.query_texts, dense.query_prefix)
+    dense = DenseRetriever(cache_dir=folder, show_progress_bar=False)  # the bundled model: no network
+    dense.index(collection.doc_ids, collection.doc_texts)
+    dense.cached_embeddings("queries", collection.query_ids, collection.query_texts, dense.query_prefix)
     if dense.last_cache_hits != {"docs": False, "queries": False}:
         raise RuntimeError(f"{folder}: the sample's embeddings were not encoded afresh ({dense.last_cache_hits})")
 

@@ -36,13 +36,13 @@ from pathlib import Path
 
 import pytest
 from commands import job_in_process
-from e2e_servers import assert_nothing_left, carriers
+from e2e_servers import RAY_MARKER, assert_nothing_left, carriers
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_QRELS = ROOT / "pipeline" / "sample" / "qrels" / "test.tsv"
 TIMEOUT_S = 600
 #: The environment variable that carries the marker (tests/e2e_servers.py's, Ray's too).
-MARKER_KEY = "PIPELINE_TEST_MARKER"
+MARKER_KEY = RAY_MARKER
 #: A process that is exiting when the command returns (its parent reaped, the kernel tearing it
 #: down) may show its environment for a moment; a lingering helper shows it for minutes.
 GRACE_S = 2.0

@@ -134,19 +134,9 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 # ----------------------------------------------------------------------------- sweeps
 
 
-@pytest.fixture(scope="module")
-def migrated_store(tmp_path_factory) -> Path:
-    """One migrated MLflow sqlite store, copied to the root of each tracked sweep below (a
-    sweep that creates its store spends seconds on it)."""
-    from mlflow import MlflowClient
-
-    db = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-    return db
-
-
 def store_at(root: Path, migrated: Path) -> Path:
-    """``root/mlflow.db`` (the store of ``paths.root=root``), a copy of ``migrated``."""
+    """``root/mlflow.db`` (the store of ``paths.root=root``), a copy of ``migrated`` (the
+    session's migrated store, tests/conftest.py: a sweep that creates its store spends seconds)."""
     root.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copy(migrated, root / "mlflow.db"))
 
