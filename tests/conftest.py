@@ -4,12 +4,22 @@ the files for ``-n 2 --dist loadfile``."""
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 from functools import cache
 from pathlib import Path
 
 import pytest
 from sample_embeddings import sample_cache, sample_embeddings, shared_root  # noqa: F401  (fixtures)
+
+# ranx, an oracle of three tests (tests/pipeline/test_metrics.py, test_stats.py,
+# tests/retrievers/test_hybrid.py), runs as its Python source instead of numba's compilation of
+# it: on their few dozen queries that takes milliseconds, where compiling it cost 64 s of CPU on
+# a machine whose numba cache is empty (a fresh clone's first run, CI's every run) and 10 s with
+# the cache warm (measured 2026-12-03). The same code gives the same numbers; its Fisher test
+# draws from NumPy's generator instead of numba's, a p within the Monte Carlo error the test
+# allows. Read by numba when it is first imported; NUMBA_DISABLE_JIT=0 compiles it as before.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
 #: The session-scoped servers of the end-to-end layer (MLflow, PostgreSQL, Chroma, Ray,
 #: Label Studio), started once per session and shared between files; docs/testing.md.

@@ -188,7 +188,7 @@ def test_linear_gain_equals_pytrec_eval(relevance_level):
         assert np.abs(ev.full[ours] - theirs)[mask].max() <= 1e-9, name
 
 
-@pytest.mark.slow  # ranx JIT-compiles its metrics with numba on first use in a fresh environment
+@pytest.mark.slow  # importing ranx and numba costs each process ~2.5 s (ranx runs uncompiled: tests/conftest.py)
 def test_exp_gain_equals_ranx_ndcg_burges():
     import ranx
     qrels, ranking, scores = random_collection(seed=7, n_q=1000)

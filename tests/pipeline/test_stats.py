@@ -542,8 +542,8 @@ def test_compare_rejects_bad_input(systems):
 
 @pytest.mark.slow
 def test_t_and_randomization_p_values_agree_with_ranx():
-    """ranx compiles with numba on first use. Its Fisher p is count/B with its own
-    random stream, so it agrees with ours within Monte Carlo error; its t-test exactly."""
+    """ranx's Fisher p is count/B with its own random stream, so it agrees with ours within
+    Monte Carlo error; its t-test exactly (ranx runs uncompiled here: tests/conftest.py)."""
     from ranx import Qrels, Run, compare, evaluate
 
     rng = np.random.default_rng(18)

@@ -105,7 +105,7 @@ def random_ranking(rng, n_q: int, n_docs: int, depth: int) -> Ranking:
     return Ranking(idx.astype(np.int64), scores.astype(np.float32))
 
 
-@pytest.mark.slow  # ranx compiles its fusion with numba on first use (~10 s): the full suite runs it
+@pytest.mark.slow  # importing ranx and numba costs each process ~2.5 s: the full suite runs it
 @pytest.mark.parametrize("method", ["rrf", "minmax", "zscore"])
 def test_matches_ranx_fuse(method):
     import ranx  # the oracle: a test dependency, missing it fails
