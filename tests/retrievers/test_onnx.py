@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 import pytest
+from scifact_cache import backend_embeddings
 from test_scifact import per_query_ndcg
 
 import retrievers.dense as dense_mod
@@ -186,15 +187,6 @@ def test_progress_bar_with_passages_per_second_on_a_terminal_only(terminal, monk
 
 
 # ---------------------------------------------------------------------- effectiveness
-
-
-def backend_embeddings(collection, backend: str, cache) -> tuple[DenseRetriever, np.ndarray]:
-    """A retriever of ``backend`` with ``collection`` indexed, and the embeddings of its
-    documents and queries stacked (unit rows)."""
-    r = DenseRetriever(backend=backend, cache_dir=cache, batch_size=64)
-    r.index(collection.doc_ids, collection.doc_texts)
-    queries = r.cached_embeddings("queries", collection.query_ids, collection.query_texts, r.query_prefix)
-    return r, np.vstack([r.doc_embeddings, queries])
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytrec_eval
 from pipeline.stats import bootstrap_ci
 from pipeline.ranking import Ranking
 from retrievers.dense import DenseRetriever
+from scifact_cache import scifact_subset
 
 pytestmark = pytest.mark.slow
 
@@ -80,25 +81,6 @@ def per_query_ndcg(collection, retriever) -> np.ndarray:
     ranking = retriever.search(collection.query_ids, collection.query_texts, 100)
     per_query = per_query_ndcg_at_10(collection, ranking)
     return np.array([per_query[q] for q in sorted(per_query)])
-
-
-def scifact_subset(collection, every: int = 10):
-    """SciFact's 300 queries over a sub-corpus: every judged abstract and every ``every``-th
-    other one (764 of 5,183), so that the int8 backend encodes a seventh of the corpus.
-    The full corpus's numbers are ``benchmarks/encode.py``'s."""
-    import dataclasses
-
-    from pipeline.metrics import Qrels
-
-    judged = set(collection.qrels.doc_idx[collection.qrels.doc_idx >= 0].tolist())
-    keep = sorted(judged | set(range(0, collection.n_docs, every)))
-    new_idx = np.full(collection.n_docs, -1, np.int64)
-    new_idx[keep] = np.arange(len(keep))
-    q = collection.qrels
-    qrels = Qrels(q.query_idx, np.where(q.doc_idx >= 0, new_idx[np.maximum(q.doc_idx, 0)], -1), q.grade)
-    return dataclasses.replace(collection, doc_ids=[collection.doc_ids[i] for i in keep],
-                               doc_texts=[collection.doc_texts[i] for i in keep], qrels=qrels,
-                               digest=f"{collection.digest}-subset-{every}")
 
 
 INT8_MARGIN = 0.03  # the equivalence margin of onnx-int8's nDCG@10 against torch's (see below)
