@@ -25,7 +25,12 @@ process's exit status and console): the refused job is ``python -m pipeline``, t
 sweeps and the password test's sweep children forked from this process that run
 ``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted
 job, the job with the password in its URI and the syncs run in this process
-(tests/commands.py), with the environment they would get.
+(tests/commands.py), with the environment they would get. Before the forks this process
+imports what a sweep that logs to a server imports (``_imports_of_a_sweep``), once, for the
+children to inherit.
+
+- The server is two processes, the ``mlflow server`` command and one uvicorn worker, without
+  MLflow's GenAI job runner (its huey consumers: eight more processes).
 """
 
 from __future__ import annotations
@@ -164,7 +169,9 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     for n, (launcher, ks) in enumerate(SWEEPS, start=1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
-        args = ["-m", f"hydra/launcher={launcher}", f"k={','.join(map(str, ks))}", "tracking=server",
+        # joblib's n_jobs: 2, not its default of one worker per CPU (on a bigger machine, idle workers)
+        workers = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+        args = ["-m", f"hydra/launcher={launcher}", *workers, f"k={','.join(map(str, ks))}", "tracking=server",
                 f"tracking.uri={team_server.uri}", f"paths.root={root}", f"hydra.sweep.dir={root / 'multirun'}"]
         # Three processes forked from this one, each in a session of its own (joblib's workers
         # with it): tests/forked.py runs pipeline/__main__.py there, without a new interpreter.

@@ -14,7 +14,8 @@ interpreter: its exit status and line), the others children forked from this one
 store that two processes race to create, Hydra's exit; a fork spares the imports). The full
 disk is a forked child too (the limit holds for a whole process); the job and the syncs that
 check only the code's answer run in this process (tests/commands.py). The migrated stores are
-copies of the session's (tests/conftest.py).
+copies of the session's (tests/conftest.py). Before the first fork this process imports what a
+tracked sweep imports (:func:`imports_of_a_tracked_sweep`), once, for every child to inherit.
 """
 
 from __future__ import annotations
