@@ -25,7 +25,12 @@ process's exit status and console): the refused job is ``python -m pipeline``, t
 sweeps and the password test's sweep children forked from this process that run
 ``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted
 job, the job with the password in its URI and the syncs run in this process
-(tests/commands.py), with the environment they would get.
+(tests/commands.py), with the environment they would get. Before the forks this process
+imports what a sweep that logs to a server imports (``_imports_of_a_sweep``), once, for the
+children to inherit.
+
+- The server is two processes, the ``mlflow server`` command and one uvicorn worker, without
+  MLflow's GenAI job runner (its huey consumers: eight more processes).
 """
 
 from __future__ import annotations
@@ -130,16 +135,43 @@ def _run_without(secret: str, run) -> None:
         _no_secret(secret, f"param/tag {key} of run {run.info.run_id}", f"{key}={value}")
 
 
+def _imports_of_a_sweep() -> None:
+    """Import here, once, what a sweep that logs to a server imports on its way (MLflow and
+    its REST store, pyplot, pandas, scipy.stats, the summary's modules, the BM25 retriever,
+    Hydra's plugin scan with joblib's launcher), so that the sweeps forked from this process
+    inherit them instead of each paying them again (~2 s of CPU a child; the loky workers of
+    the joblib sweep are new interpreters and pay their own). Only imports: no client, store
+    or connection is made, no thread starts. MLflow's exit handler registered at import
+    (``mlflow.tracking.fluent._safe_end_run``: fluent runs, which the pipeline never starts)
+    is the parent's, not the children's (tests/forked.py)."""
+    import matplotlib.pyplot  # noqa: F401
+    import mlflow.store.tracking.rest_store  # noqa: F401
+    import mlflow.tracking  # noqa: F401
+    import pandas  # noqa: F401
+    import scipy.stats  # noqa: F401
+    from hydra.core.plugins import Plugins
+
+    import pipeline.comparison.output  # noqa: F401
+    import pipeline.figures  # noqa: F401
+    import pipeline.sweep.summary  # noqa: F401
+    import retrievers.bm25  # noqa: F401
+
+    Plugins.instance()  # the scan of hydra_plugins (every launcher's and sweeper's module)
+
+
 # --------------------------------------------------------------------------- three sweeps at once
 @pytest.mark.slow
 def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     user = "alice"
     password = team_server.users[user]
     procs = []
+    _imports_of_a_sweep()
     for n, (launcher, ks) in enumerate(SWEEPS, start=1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
-        args = ["-m", f"hydra/launcher={launcher}", f"k={','.join(map(str, ks))}", "tracking=server",
+        # joblib's n_jobs: 2, not its default of one worker per CPU (on a bigger machine, idle workers)
+        workers = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+        args = ["-m", f"hydra/launcher={launcher}", *workers, f"k={','.join(map(str, ks))}", "tracking=server",
                 f"tracking.uri={team_server.uri}", f"paths.root={root}", f"hydra.sweep.dir={root / 'multirun'}"]
         # Three processes forked from this one, each in a session of its own (joblib's workers
         # with it): tests/forked.py runs pipeline/__main__.py there, without a new interpreter.
@@ -207,6 +239,30 @@ def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
         _files_without(password, root / "multirun")
     for run in all_runs:
         _run_without(password, run)
+
+
+# --------------------------------------------------------------------------- the server's processes
+def _group(pgid: int) -> list[str]:
+    """The command lines of the processes of process group ``pgid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def test_the_team_server_is_two_processes_one_uvicorn_worker_and_no_job_runner(team_server):
+    """What the server costs the suite (~11 s of CPU to start, mostly imports): the ``mlflow
+    server`` command and the one uvicorn worker it starts (``--workers 1``), and none of the
+    GenAI job runner's huey consumers that MLflow 3 starts unless
+    MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false (tests/e2e_servers.py sets it for every server)."""
+    procs = _group(team_server.server.proc.pid)
+    assert len(procs) == 2, procs
+    assert sum(" -m uvicorn " in p and "--workers 1 " in p for p in procs) == 1, procs
+    assert not [p for p in procs if "huey" in p], procs
 
 
 # --------------------------------------------------------------------------- credentials
@@ -293,6 +349,7 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path
     # that runs pipeline/__main__.py (tests/forked.py; a new interpreter's imports would add
     # seconds and check nothing more here). The job runs in this process meanwhile, with the
     # environment a process of _env() would have.
+    _imports_of_a_sweep()
     started = pipeline_child("-m", "k=3,5", "verbose=true", *common, f"hydra.sweep.dir={sweep}", env=_env(),
                              cwd=REPO)
     try:

@@ -14,7 +14,8 @@ interpreter: its exit status and line), the others children forked from this one
 store that two processes race to create, Hydra's exit; a fork spares the imports). The full
 disk is a forked child too (the limit holds for a whole process); the job and the syncs that
 check only the code's answer run in this process (tests/commands.py). The migrated stores are
-copies of the session's (tests/conftest.py).
+copies of the session's (tests/conftest.py). Before the first fork this process imports what a
+tracked sweep imports (:func:`imports_of_a_tracked_sweep`), once, for every child to inherit.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from pipeline import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
+#: The sweep a signal or SIGKILL stops: 16 jobs in a 4 x 4 grid (why 16: the signal test).
+SIXTEEN_JOBS = ("k=1,2,3,4", "reorder=none,reverse,attention_optimal,lost_in_the_middle")
 
 
 def _env() -> dict[str, str]:
@@ -54,9 +57,34 @@ def _sweep(tmp_path: Path, name: str, store: str, *args: str) -> subprocess.Pope
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def imports_of_a_tracked_sweep() -> None:
+    """Import here, once, what a tracked sweep imports on its way (MLflow and its sqlite store,
+    pyplot, pandas, scipy.stats, the summary's modules, the BM25 retriever, Hydra's plugin
+    scan), so that the children forked from this process inherit them instead of each paying
+    them again (~2-4 s of CPU a child). Only imports: no store or engine is opened (forking
+    after one is what tests/forked.py guards against), and no thread starts. The exit handler
+    MLflow registers at import (``mlflow.tracking.fluent._safe_end_run``) is not the child's
+    (tests/forked.py clears the parent's): it ends fluent runs, which the pipeline never starts
+    (it logs through ``MlflowClient``)."""
+    import matplotlib.pyplot  # noqa: F401
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    import pandas  # noqa: F401
+    import scipy.stats  # noqa: F401
+    from hydra.core.plugins import Plugins
+
+    import pipeline.comparison.output  # noqa: F401
+    import pipeline.figures  # noqa: F401
+    import pipeline.sweep.summary  # noqa: F401
+    import retrievers.bm25  # noqa: F401
+
+    Plugins.instance()  # the scan of hydra_plugins (every launcher's and sweeper's module)
+
+
 def _sweep_child(tmp_path: Path, name: str, store: str, *args: str, prepare=None) -> Forked:
     """The same sweep in a child forked from this process (tests/forked.py): a real process
-    that a signal or SIGKILL stops, without a new interpreter's imports."""
+    that a signal or SIGKILL stops, without a new interpreter's imports (nor a tracked
+    sweep's: :func:`imports_of_a_tracked_sweep`)."""
+    imports_of_a_tracked_sweep()
     return pipeline_child(*_sweep_args(tmp_path, name, store, *args), env=_env(), cwd=ROOT, prepare=prepare)
 
 
@@ -104,9 +132,10 @@ def test_a_signal_mid_sweep_lets_finished_jobs_reach_the_store(tmp_path, store, 
     # 16 jobs: a sweep's job takes well under a second now (no PNGs), and the signal must land
     # while jobs are left even on a loaded machine; it lands once 2 have finished (the test
     # polls every 20 ms), 14 jobs before the last (with 8, a loaded run once saw the sweep end
-    # first). Not more: before the first job the sweeper composes one job per k value
-    # (hydra_plugins/pipeline_grid_sweeper), a fixed cost; jobs never started cost nothing.
-    jobs = ("k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
+    # first). Not more: before the first job the sweeper composes the jobs that cover every
+    # swept value (hydra_plugins/pipeline_grid_sweeper), as many as the longest value list: a
+    # 4 x 4 grid composes 4 (8 x 2 composed 8), a fixed cost; jobs never started cost nothing.
+    jobs = SIXTEEN_JOBS
     proc = (_sweep if signum == signal.SIGTERM else _sweep_child)(tmp_path, "s", store, *jobs)
     sweep = tmp_path / "s" / "sweep"
     _wait_for_records(sweep, proc, 2)
@@ -161,7 +190,7 @@ def test_a_sweep_stopped_by_a_job_it_cannot_compose_logs_the_finished_jobs(tmp_p
 def test_kill_9_mid_sweep_then_one_sync_logs_every_finished_job_once(tmp_path, store):
     # 16 jobs: SIGKILL lands once 2 have finished, and nothing runs after it (as in the
     # signal test above: jobs enough that a loaded machine's late kill still finds some left)
-    proc = _sweep_child(tmp_path, "s", store, "k=1,2,3,4,5,6,7,8", "reorder=none,reverse")
+    proc = _sweep_child(tmp_path, "s", store, *SIXTEEN_JOBS)
     sweep = tmp_path / "s" / "sweep"
     _wait_for_records(sweep, proc, 2)
     proc.send_signal(signal.SIGKILL)
