@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py --sizes 10000,100000,1000000 --queries 1000 --out DIR \\
         [--figure docs/img/scale.png] [--hnsw-max-docs 100000] [--encode-rate auto|DOCS_PER_S]
+        [--store-template MIGRATED_DB]
 
 **Corpora.** ``generate`` writes a synthetic BEIR folder (``corpus.jsonl``, ``queries.jsonl``,
 ``qrels/test.tsv``) from a seeded generator, so the same (size, queries, seed) gives the same
@@ -39,6 +40,11 @@ another's memory:
   tracking=local`` (load -> index -> search -> place -> score -> write -> track into a fresh
   sqlite store), its wall time from start to exit (imports included), its own stage timings
   (``time_*_s`` of its record and the store), and its memory.
+
+``--store-template DB`` (the test suite's smoke run, tests/benchmarks/test_scale.py): the text
+worker and the job track into copies of ``DB``, a store that ``pipeline.tracking.ensure_store``
+made, instead of creating (migrating) their own: seconds of CPU in each. No stage changes; the
+job's time then leaves out creating its store (``job.store`` in ``scale.json`` says which).
 
 Chunking is not measured here: the default job (`chunker=none`) has no chunking stage, and
 `benchmarks/chunking.py` times the chunkers against semantic-text-splitter itself.
