@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py --sizes 10000,100000,1000000 --queries 1000 --out DIR \\
         [--figure docs/img/scale.png] [--hnsw-max-docs 100000] [--encode-rate auto|DOCS_PER_S]
+        [--store-template MIGRATED_DB]
 
 **Corpora.** ``generate`` writes a synthetic BEIR folder (``corpus.jsonl``, ``queries.jsonl``,
 ``qrels/test.tsv``) from a seeded generator, so the same (size, queries, seed) gives the same
@@ -39,6 +40,11 @@ another's memory:
   tracking=local`` (load -> index -> search -> place -> score -> write -> track into a fresh
   sqlite store), its wall time from start to exit (imports included), its own stage timings
   (``time_*_s`` of its record and the store), and its memory.
+
+``--store-template DB`` (the test suite's smoke run, tests/benchmarks/test_scale.py): the text
+worker and the job track into copies of ``DB``, a store that ``pipeline.tracking.ensure_store``
+made, instead of creating (migrating) their own: seconds of CPU in each. No stage changes; the
+job's time then leaves out creating its store (``job.store`` in ``scale.json`` says which).
 
 Chunking is not measured here: the default job (`chunker=none`) has no chunking stage, and
 `benchmarks/chunking.py` times the chunkers against semantic-text-splitter itself.
@@ -129,7 +135,15 @@ def vocabulary() -> tuple[list[str], np.ndarray]:
     """The words by rank and the cumulative Zipf distribution over them."""
     global _VOCAB, _CDF
     if _VOCAB is None or _CDF is None:
-        _VOCAB = [word(r) for r in range(VOCAB_SIZE)]
+        # ``word(r)`` for every rank, built a syllable count at a time: the words of L + 1
+        # syllables are those of L followed by each syllable, in order (bijective base 70
+        # orders words of one length lexicographically). Same list, a seventh of the time.
+        words, level = list(SYLLABLES), list(SYLLABLES)
+        while len(words) < VOCAB_SIZE:
+            left = VOCAB_SIZE - len(words)
+            level = [w + s for w in level[: -(-left // len(SYLLABLES))] for s in SYLLABLES][:left]
+            words += level
+        _VOCAB = words[:VOCAB_SIZE]
         weights = np.arange(1, VOCAB_SIZE + 1, dtype=np.float64) ** -ZIPF_S
         _CDF = np.cumsum(weights) / weights.sum()
     return _VOCAB, _CDF
@@ -305,7 +319,7 @@ def random_unit_vectors(n: int, dim: int, seed: Any) -> np.ndarray:
     return out
 
 
-def worker_text(folder: Path, work: Path) -> dict[str, Any]:
+def worker_text(folder: Path, work: Path, store_template: Path | None = None) -> dict[str, Any]:
     from pipeline import tracking
     from pipeline.io import results as res
     from pipeline.io.collection import load_beir
@@ -333,6 +347,8 @@ def worker_text(folder: Path, work: Path) -> dict[str, Any]:
     import mlflow.entities  # noqa: F401  (the imports are not the stage)
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     settings = tracking.StoreSettings(uri=f"sqlite:///{work / 'mlflow.db'}", artifact_root=str(work / "artifacts"))
+    if store_template is not None:  # --store-template: a copy of a migrated store, not a new one
+        shutil.copy(store_template, work / "mlflow.db")
     tracking.ensure_store(settings)  # created once per store (a sweep does it before its jobs), not per job
     record = tracking.RunRecord(
         experiment="scale", run_name=f"bm25-{collection.n_docs}", params={"n_docs": str(collection.n_docs)},
@@ -401,8 +417,12 @@ def _tree_rss_kib(pid: int) -> tuple[int, int]:
     return hwm, total
 
 
-def run_job(folder: Path, work: Path) -> dict[str, Any]:
-    """A real BM25 job on ``folder``, tracked into a new sqlite store under ``work``."""
+def run_job(folder: Path, work: Path, store_template: Path | None = None) -> dict[str, Any]:
+    """A real BM25 job on ``folder``, tracked into a new sqlite store under ``work`` (into a
+    copy of ``store_template``, a migrated store, when given: ``--store-template``)."""
+    if store_template is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copy(store_template, work / "mlflow.db")
     args = [sys.executable, "-m", "pipeline", "dataset=beir", f"dataset.path={folder}", "retriever=bm25",
             "k=10", "k_max=100", "tracking=local", f"paths.root={work}", f"hydra.run.dir={work / 'run'}"]
     peak = {"hwm": 0, "tree": 0}
@@ -435,7 +455,8 @@ def run_job(folder: Path, work: Path) -> dict[str, Any]:
     if row:
         timings["time_track_s"] = float(row[0])
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_bytes": peak["hwm"] * 1024, "peak_tree_rss_bytes": peak["tree"] * 1024,
-            "timings": timings, "ndcg_at_10": record["metrics"]["ndcg_at_10"]}
+            "timings": timings, "ndcg_at_10": record["metrics"]["ndcg_at_10"],
+            "store": "new" if store_template is None else "copy of a migrated store (--store-template)"}
 
 
 def _worker(kind: str, argv: list[str]) -> dict[str, Any]:
@@ -620,6 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ef-sweep", default="128,256,512,1024", help="efSearch values whose recall is also reported")
     p.add_argument("--encode-rate", default="auto", help="MiniLM documents/s on CPU, or auto (measure it)")
     p.add_argument("--no-job", action="store_true", help="skip the real `python -m pipeline` job")
+    p.add_argument("--store-template", type=Path, default=None, metavar="DB",
+                   help="a migrated sqlite MLflow store to copy where the text worker and the job would create "
+                        "theirs (the test suite's smoke run): the job's time then leaves out creating its store")
     p.add_argument("--report-only", nargs="+", type=Path, metavar="JSON",
                    help="no runs: combine the rows of these scale.json files (e.g. sizes run apart) into one report")
     p.add_argument("--worker", choices=["text", "dense"], help=argparse.SUPPRESS)
@@ -631,70 +655,90 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--worker"]:  # a stage process: print its JSON and leave
-        kind, rest = argv[1], argv[2:]
-        if kind == "text":
-            out = worker_text(Path(rest[0]), Path(rest[1]))
-        else:
-            out = worker_dense(int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "1",
-                               [int(e) for e in rest[4].split(",") if e])
-        print(json.dumps(out))
+        print(json.dumps(_stage_process(argv[1], argv[2:])))
         return 0
     args = build_parser().parse_args(argv)
-    if args.queries < 1:
-        print(f"error: --queries must be >= 1, got {args.queries}", file=sys.stderr)
-        return 2
-    if args.sizes[0] < 4 * args.queries:
-        print(f"error: --sizes: every size needs at least 4 documents per query ({4 * args.queries})", file=sys.stderr)
-        return 2
-    try:
-        ef_sweep = [int(e) for e in args.ef_sweep.split(",") if e.strip()]
-        rate_given = None if args.encode_rate == "auto" else float(args.encode_rate)
-    except ValueError:
-        print(f"error: --ef-sweep and --encode-rate must be numbers, got {args.ef_sweep!r}, {args.encode_rate!r}",
-              file=sys.stderr)
+    problem = _check(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         return _combine(args)
     tmp = Path(tempfile.mkdtemp(prefix="scale-"))
-    data_root = args.data or tmp / "data"
     rows: list[dict[str, Any]] = []
     encode: dict[str, Any] | None = None
+    if args.rate_given is not None:
+        encode = {"docs_per_s": args.rate_given, "source": "--encode-rate"}
     try:
         for n in args.sizes:
-            print(f"{n:,} documents", file=sys.stderr, flush=True)
-            folder = data_root / f"n{n}-q{args.queries}-s{args.seed}"
-            manifest_path = folder / "manifest.json"
-            t0 = time.perf_counter()
-            if manifest_path.is_file():
-                manifest = json.loads(manifest_path.read_text())
-                gen_s = None
-            else:
-                manifest = generate(folder, n, args.queries, args.seed)
-                gen_s = time.perf_counter() - t0
-            row: dict[str, Any] = {"n_docs": n, "n_queries": args.queries, "manifest": manifest,
-                                   "generate_s": gen_s, "stages": {}}
-            work = tmp / f"work-{n}"
-            text = _worker("text", [str(folder), str(work)])
-            row["stages"].update(text.pop("stages"))
-            row["bm25"] = text
-            build = n <= args.hnsw_max_docs
-            dense = _worker("dense", [str(n), str(args.queries), str(args.seed), "1" if build else "0",
-                                      ",".join(map(str, ef_sweep))])
-            row["stages"].update(dense.pop("stages"))
-            row["hnsw"] = dense["hnsw"]
+            row = _measure_size(args, n, args.data or tmp / "data", tmp)
             if encode is None:
-                encode = ({"docs_per_s": rate_given, "source": "--encode-rate"} if rate_given is not None
-                          else measure_encode_rate(manifest["mean_words"]))
+                encode = measure_encode_rate(row["manifest"]["mean_words"])
             row["encode_estimate_s"] = n / encode["docs_per_s"]
             if not args.no_job:
-                row["job"] = run_job(folder, tmp / f"job-{n}")
+                row["job"] = run_job(row.pop("folder"), tmp / f"job-{n}", args.store_template)
                 print(f"  job          {row['job']['wall_s']:8.2f} s  peak "
                       f"{row['job']['peak_rss_bytes'] / 2**30:6.2f} GiB", file=sys.stderr, flush=True)
+            row.pop("folder", None)
             rows.append(row)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _report(args, rows, encode)
+
+
+def _stage_process(kind: str, rest: list[str]) -> dict[str, Any]:
+    """What a ``--worker`` process measures (``_worker`` starts it)."""
+    if kind == "text":
+        return worker_text(Path(rest[0]), Path(rest[1]), Path(rest[2]) if len(rest) > 2 else None)
+    return worker_dense(int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "1",
+                        [int(e) for e in rest[4].split(",") if e])
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, or None; sets ``args.ef_values`` and ``args.rate_given``."""
+    if args.queries < 1:
+        return f"--queries must be >= 1, got {args.queries}"
+    if args.sizes[0] < 4 * args.queries:
+        return f"--sizes: every size needs at least 4 documents per query ({4 * args.queries})"
+    try:
+        args.ef_values = [int(e) for e in args.ef_sweep.split(",") if e.strip()]
+        args.rate_given = None if args.encode_rate == "auto" else float(args.encode_rate)
+    except ValueError:
+        return f"--ef-sweep and --encode-rate must be numbers, got {args.ef_sweep!r}, {args.encode_rate!r}"
+    if args.store_template is not None:
+        if not args.store_template.is_file():
+            return f"--store-template: no such file {args.store_template}"
+        args.store_template = args.store_template.resolve()
+    return None
+
+
+def _measure_size(args: argparse.Namespace, n: int, data_root: Path, tmp: Path) -> dict[str, Any]:
+    """The generated corpus of ``n`` documents (made unless ``data_root`` has it) and its stages,
+    each worker a fresh process; ``folder`` is the corpus's (for the job)."""
+    print(f"{n:,} documents", file=sys.stderr, flush=True)
+    folder = data_root / f"n{n}-q{args.queries}-s{args.seed}"
+    manifest_path = folder / "manifest.json"
+    t0 = time.perf_counter()
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        gen_s = None
+    else:
+        manifest = generate(folder, n, args.queries, args.seed)
+        gen_s = time.perf_counter() - t0
+    row: dict[str, Any] = {"n_docs": n, "n_queries": args.queries, "manifest": manifest,
+                           "generate_s": gen_s, "stages": {}}
+    template = [str(args.store_template)] if args.store_template else []
+    text = _worker("text", [str(folder), str(tmp / f"work-{n}"), *template])
+    row["stages"].update(text.pop("stages"))
+    row["bm25"] = text
+    build = n <= args.hnsw_max_docs
+    dense = _worker("dense", [str(n), str(args.queries), str(args.seed), "1" if build else "0",
+                              ",".join(map(str, args.ef_values))])
+    row["stages"].update(dense.pop("stages"))
+    row["hnsw"] = dense["hnsw"]
+    row["folder"] = folder
+    return row
 
 
 def _combine(args: argparse.Namespace) -> int:

@@ -70,6 +70,19 @@ def test_words_are_distinct_and_frequent_ones_short():
     words = [scale.word(r) for r in range(6000)]
     assert len(set(words)) == len(words)
     assert all(len(w) == 2 for w in words[:70]) and all(len(w) == 4 for w in words[70:4970])
+    # the generator's vocabulary, built a syllable count at a time, is word(rank) for every rank
+    vocab, cdf = scale.vocabulary()
+    assert len(vocab) == len(cdf) == scale.VOCAB_SIZE and vocab[:6000] == words
+    edges = [69, 70, 4969, 4970, 70 + 70**2 + 70**3 - 1, 70 + 70**2 + 70**3, scale.VOCAB_SIZE - 1]
+    ranks = edges + np.random.default_rng(0).integers(6000, scale.VOCAB_SIZE, 3000).tolist()
+    assert [vocab[r] for r in ranks] == [scale.word(r) for r in ranks]
+
+
+def test_a_store_template_that_is_not_there_is_an_error(tmp_path, capsys):
+    argv = ["--sizes", "400", "--queries", "100", "--out", str(tmp_path / "out")]
+    assert scale.main([*argv, "--store-template", str(tmp_path / "missing.db")]) == 2
+    assert "error: --store-template: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_recall_and_alpha_helpers():
@@ -94,14 +107,16 @@ def test_dense_defaults_in_code_match_the_config():
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    """One 10,000-document run of the benchmark (100 queries, the real job included)."""
+def smoke(tmp_path_factory, migrated_store):
+    """One 10,000-document run of the benchmark (100 queries, the real job included). The text
+    worker and the job track into copies of the session's migrated store (``--store-template``):
+    a new store's migrations, not a stage, cost each of them seconds of CPU."""
     pytest.importorskip("faiss")
     out = tmp_path_factory.mktemp("scale")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--sizes", "10000", "--queries", "100",
-         "--out", str(out), "--encode-rate", "22", "--ef-sweep", ""],
+         "--out", str(out), "--encode-rate", "22", "--ef-sweep", "", "--store-template", str(migrated_store)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -125,6 +140,7 @@ def test_smoke_run_reports_time_and_memory_of_every_stage(smoke):
     job = row["job"]
     assert job["wall_s"] > 0 and job["peak_rss_bytes"] > 0 and job["peak_tree_rss_bytes"] >= job["peak_rss_bytes"] / 2
     assert {"time_load_s", "time_retrieve_s", "time_score_s", "time_write_s", "time_track_s"} <= set(job["timings"])
+    assert job["store"] == "copy of a migrated store (--store-template)"
     # the job and the benchmark's own BM25 stages rank the same way
     assert job["ndcg_at_10"] == pytest.approx(row["bm25"]["ndcg_at_10"], abs=1e-9)
     assert 0.3 < row["bm25"]["ndcg_at_10"] <= 1  # planted words make the judged documents findable
