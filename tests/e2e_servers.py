@@ -53,6 +53,13 @@ TEAM = ("alice", "bob")
 #: The environment variable whose value marks every process of the tests' Ray (tests/ray).
 RAY_MARKER = "PIPELINE_TEST_MARKER"
 RAY_GRACE_S = 15.0  # Ray's raylet and GCS take a few seconds to exit after ray.shutdown()
+#: The tests' Ray runs its workers at the tests' own priority: Ray starts them at nice 15 (so
+#: that its raylet and GCS stay responsive on a busy node), which on a 2-core machine running
+#: the suite's other pytest worker starves them (an actor's start, a sweep job, seconds each,
+#: took several times longer). ``_system_config`` of ``ray.init`` for the session's Ray; a Ray
+#: that a command starts reads the same setting from its environment (``RAY_WORKER_ENV``).
+RAY_SYSTEM_CONFIG = {"worker_niceness": 0}
+RAY_WORKER_ENV = {f"RAY_{key}": str(value) for key, value in RAY_SYSTEM_CONFIG.items()}
 
 #: Every server fixture: a test that uses one is in the end-to-end layer.
 SERVER_FIXTURES = ("mlflow_server", "stopped_mlflow_server", "postgres", "team_server", "chroma_server",
@@ -411,14 +418,16 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray of 2 CPUs, started in this process (which is its driver); its address lets
-    subprocesses join it. Every Ray process carries a marker in its environment; at the end
-    Ray is shut down and none may be left."""
+    subprocesses join it. Its workers run at the tests' priority (``RAY_SYSTEM_CONFIG``).
+    Every Ray process carries a marker in its environment; at the end Ray is shut down and
+    none may be left."""
     import ray
 
     marker = f"ray-tests-{uuid.uuid4().hex}"
     os.environ[RAY_MARKER] = marker  # inherited by every Ray process started below
     try:
-        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                           _system_config=RAY_SYSTEM_CONFIG)
         yield context.address_info["gcs_address"]
     finally:
         ray.shutdown()

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 #: ``RayFailed``, ``import_ray``, ``quiet_token_notice`` and ``ray_runtime`` are ``pipeline.io.ray_runtime``'s,
 #: named here for code that imported them from this module.
 __all__ = ["ENGINES", "MAX_BLOCK_ROWS", "EncodeSettings", "EncoderActor", "RayFailed", "Shards", "actor_count", "collect",
-           "encode_on_ray", "import_ray", "kept", "one_line", "quiet_token_notice", "ray_runtime", "run_encoding",
+           "encode_on_ray", "from_blocks", "import_ray", "kept", "one_line", "quiet_token_notice", "ray_runtime", "run_encoding",
            "shard_blocks"]
 
 ENGINES = ("local", "ray")
@@ -241,7 +241,7 @@ def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], se
         # Ray Data restarts a dead actor forever unless told: a model that kills its worker on
         # every batch would never end. Ray 2.60 deprecates passing these as remote arguments.
         warnings.simplefilter("ignore", DeprecationWarning)
-        dataset = ray.data.from_arrow(blocks).map_batches(
+        dataset = from_blocks(ray, blocks).map_batches(
             EncoderActor, fn_constructor_kwargs={"make_encoder": make_encoder, "batch_size": batch_size},
             batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
             num_cpus=settings.num_cpus or None, num_gpus=settings.num_gpus or None, max_restarts=retries,
@@ -256,6 +256,15 @@ def run_encoding(ray: Any, texts: list[str], make_encoder: Callable[[], Any], se
             from None
     except Exception as err:  # Ray Data wraps the actors' errors in its own exceptions
         raise RayFailed(f"encoding on Ray failed: {one_line(err)}; {kept(progress)}") from None
+
+
+def from_blocks(ray: Any, blocks: list[Any]) -> Any:
+    """A Ray dataset of ``blocks`` as they are. ``ray.data.from_blocks`` reads each block's
+    row count and schema here, in the driver; ``from_arrow`` sends every block to a Ray task
+    for them, and each worker that runs one imports Ray Data first (a second or more of CPU
+    each, for numbers this process has). ``from_arrow`` where Ray lacks ``from_blocks``."""
+    make = getattr(ray.data, "from_blocks", None) or ray.data.from_arrow
+    return make(blocks)
 
 
 def kept(progress: Progress | None) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from commands import job_in_process, run_command
 from e2e_servers import RAY_MARKER as MARKER
-from e2e_servers import assert_nothing_left
+from e2e_servers import RAY_WORKER_ENV, assert_nothing_left
 from sample_embeddings import copy_sample_embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,8 +144,15 @@ def store_at(root: Path, migrated: Path) -> Path:
 def test_a_ray_sweep_logs_each_job_once_under_one_parent_with_the_basic_launchers_numbers(ray_cluster, tmp_path,
                                                                                           migrated_store):
     """Two jobs of the golden sweep (tests/golden: as the basic launcher ran them), on Ray: the
-    same numbers, each job logged once under one parent."""
-    sweep = [*GOLDEN_SWEEP, "hydra.sweep.dir=${paths.root}/sweep"]
+    same numbers, each job logged once under one parent.
+
+    Each job asks for both CPUs of the cluster (``remote.num_cpus=2``), so they run one after
+    the other, and Ray gives the second the first's worker: a job worker imports the pipeline
+    and MLflow (~4.5 s of CPU) once, and the check covers a worker that runs a second job
+    (what every sweep larger than its cluster does) logging it under the same parent, not
+    the first job's run. Processes writing one sqlite store at once: tests/pipeline/
+    test_app_sweeps.py (joblib, n_jobs=2)."""
+    sweep = [*GOLDEN_SWEEP, "hydra.sweep.dir=${paths.root}/sweep", "hydra.launcher.ray.remote.num_cpus=2"]
     store_at(tmp_path / "ray", migrated_store)
     on_ray = pipeline("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *sweep,
                       f"paths.root={tmp_path / 'ray'}")
@@ -188,7 +195,8 @@ def test_sigint_mid_sweep_then_sync_logs_each_finished_job_once_and_leaves_no_ra
     store_at(tmp_path, migrated_store)
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", "hydra/launcher=ray", "k=1,2,3,4,5,6,7,8",
                              "hydra.launcher.ray.init.num_cpus=1", f"paths.root={tmp_path}",
-                             f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, env=env(marker), stdout=subprocess.PIPE,
+                             f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, env=env(marker, **RAY_WORKER_ENV),
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
@@ -252,7 +260,9 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
     not part of the key): the embeddings equal an in-process encoding, and the job's nDCG@10
     equals the golden dense job's (tests/golden, recorded with in-process encoding). The
     queries, which a job always encodes in its own process, come from the run's shared cache
-    (in-process encoding, tests/sample_embeddings.py): the job's cache starts with them only."""
+    (in-process encoding, tests/sample_embeddings.py): the job's cache starts with them only.
+    One actor loads the model (torch and MiniLM: seconds of CPU for each actor); a pool of two
+    actors runs in the dying worker's test below (HashEncoder)."""
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
@@ -260,7 +270,7 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
     assert [p.suffix for p in cache_entries(cache)] == [".json", ".npy"]  # one entry: the documents are Ray's to encode
 
     def ndcg(engine: str) -> float:  # a job in this process (tests/commands.py), without its figures
-        return job_in_process("retriever=dense", f"retriever.encode.engine={engine}", "retriever.encode.concurrency=2",
+        return job_in_process("retriever=dense", f"retriever.encode.engine={engine}", "retriever.encode.concurrency=1",
                               "retriever.encode.batch_size=16", f"paths.root={tmp_path / engine}", f"cache_dir={cache}",
                               "tracking=none").objective
 
@@ -278,12 +288,15 @@ def test_encoding_on_ray_equals_in_process_and_a_later_local_job_reads_its_cache
 
 
 def test_an_encoding_worker_that_dies_once_is_retried(ray_cluster, tmp_path, hash_embeddings):
+    """A pool of two actors, one of which dies in its first batch (both, if the second starts
+    one before the first has died): the actor is restarted, its batch retried, and every row
+    comes back once, in the texts' order, whichever actor encoded it."""
     from retrievers.dense import DenseRetriever
 
     ids, texts = sample_texts()
     flag = tmp_path / "died"
     dense = DenseRetriever(cache_dir=tmp_path / "cache", encoder=DyingEncoder(str(flag), always=False),
-                           encode={"engine": "ray", "concurrency": 1, "batch_size": 32, "max_retries": 2})
+                           encode={"engine": "ray", "concurrency": 2, "batch_size": 32, "max_retries": 2})
     dense.index(ids, texts)
     assert flag.exists(), "the worker did not die: the test tests nothing"
     local = hash_embeddings
