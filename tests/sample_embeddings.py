@@ -19,7 +19,8 @@ worker never sees half of it. Tests get a copy (:func:`sample_cache`,
 damaged entry is discarded, so no test reads what another wrote.
 
 The tests whose claim *is* the encoding or the cache encode afresh: tests/retrievers/test_dense.py,
-tests/faults/test_cache_faults.py, tests/pipeline/test_cache.py, the golden jobs, ONNX, SciFact.
+tests/faults/test_cache_faults.py, tests/pipeline/test_cache.py, ONNX, SciFact. The golden dense
+job reads this encoding (tests/golden/golden.py): its recorded ranking checks what it gave.
 """
 
 from __future__ import annotations

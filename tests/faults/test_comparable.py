@@ -59,7 +59,10 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _compare(capsys, *args: str) -> tuple[int, str, str]:
-    code = compare_command.main([*args, *FAST])
+    """``compare ARGS`` (fewer resamples) in this process: its status, stdout and stderr. Its PNGs
+    are not rendered (tests/no_figures.py): what it refuses, says and computes is checked here."""
+    with figures_off():
+        code = compare_command.main([*args, *FAST])
     out, err = capsys.readouterr()
     return code, out, err
 

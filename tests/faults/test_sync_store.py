@@ -12,9 +12,10 @@ never trusted alone.
 - A record whose metric is a string: one line naming the file and the key, exit 2.
 
 Sync and the single job run in this process (tests/commands.py); the sweep is a process, made
-once for the module: a child forked from this one that runs pipeline/__main__.py (tests/forked.py).
-The stores the job and the sweep log to are copies of the session's migrated store
-(tests/conftest.py); the stores sync logs to after a move are created by sync.
+once for the module: a child forked from this one that runs pipeline/__main__.py (tests/forked.py),
+its PNGs not rendered (tests/no_figures.py). The stores the job and the sweep log to, and the new
+store the moved sweep is synced to, are copies of the session's migrated store (tests/conftest.py);
+the store sync logs to after the job's store moved away is created by sync.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 from commands import job_in_process, run_command
 from forked import pipeline_child
+from no_figures import figures_off
 
 from pipeline import tracking
 from pipeline.io import results as res
@@ -61,6 +63,12 @@ def _tree(folder: Path) -> dict[str, tuple[int, bytes]]:
             if p.is_file()}
 
 
+def _no_pngs() -> None:
+    """In the sweep's child: its PNGs saved as empty files, not rendered (tests/no_figures.py):
+    sync logs them as files, what they show is not checked here."""
+    figures_off().__enter__()  # for the whole child, which ends with the sweep
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, migrated_store) -> Path:
     """A finished sweep of two jobs logged to its own sqlite store (``<root>/mlflow.db``, a copy
@@ -68,7 +76,7 @@ def sweep(tmp_path_factory, migrated_store) -> Path:
     root = tmp_path_factory.mktemp("sweep")
     shutil.copy(migrated_store, root / "mlflow.db")
     proc = pipeline_child("-m", "k=3,5", f"paths.root={root}", f"hydra.sweep.dir={root / 'sweep'}", env=_env(),
-                          cwd=ROOT).wait(TIMEOUT_S)
+                          cwd=ROOT, prepare=_no_pngs).wait(TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "sweep"
 
@@ -101,8 +109,11 @@ def test_a_moved_store_gets_the_job_again_and_a_lost_marker_is_adopted(tmp_path,
 
 
 @pytest.mark.slow  # the sweep
-def test_a_moved_sweep_synced_to_a_new_store_writes_only_its_copy(sweep, tmp_path, sync):
+def test_a_moved_sweep_synced_to_a_new_store_writes_only_its_copy(sweep, tmp_path, sync, migrated_store):
     original_store = f"sqlite:///{sweep.parent / 'mlflow.db'}"
+    (tmp_path / "new").mkdir()
+    shutil.copy(migrated_store, tmp_path / "new" / "mlflow.db")  # another store, empty (a store sync
+    # creates: the moved store's test above)
     copy = tmp_path / "copy" / "sweep"
     shutil.copytree(sweep, copy)
     away = sweep.with_name("sweep.away")

@@ -34,7 +34,7 @@ import json
 import math
 import os
 import re
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -97,14 +97,6 @@ def env() -> dict[str, str]:
     return e
 
 
-def _run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env(), capture_output=True, text=True,
-                          timeout=timeout)
-    if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
 @contextlib.contextmanager
 def _as_a_fresh_process() -> Iterator[None]:
     """The environment of :func:`env` and one numeric thread (as ``OMP_NUM_THREADS=1`` gives a
@@ -135,30 +127,63 @@ def _command(name: str, *argv: str) -> str:
     return done.stdout
 
 
-def run_all(root: Path) -> None:
+def _new_store_locks() -> None:
+    """In the forked child: none of the parent's lock objects of the store (the in-process jobs
+    took ``outputs/mlflow.db.lock`` through them; filelock refuses one inherited across a
+    fork), as a new process starts without them."""
+    from pipeline.tracking import store
+
+    store._lock_file.cache_clear()
+
+
+def run_all(root: Path, store: Path | None = None, embeddings: Path | None = None) -> None:
     """Run every golden job, the sweep and the commands under ``root``.
 
     The jobs and the commands run in this process (tests/commands.py: ``job_in_process``,
     ``run_command``), one after another as the processes ran, so that later jobs reuse the
     on-disk caches of earlier ones (the ranking cache, the embeddings) as they always did; the
     in-memory caches a process keeps (a loaded collection, the encoder) hold nothing that the
-    golden outputs record. The sweep stays ``python -m pipeline -m``, a process: the golden's
-    process-level check (and the one run whose figures are drawn)."""
+    golden outputs record. The sweep is ``python -m pipeline -m`` in a process forked from this
+    one (tests/forked.py ``pipeline_child``: ``pipeline/__main__.py`` run there, its exit
+    status the process's), the one run whose figures are drawn; the figures of the comparison
+    report are not (no PNG is compared: tests/no_figures.py).
+
+    ``store``: a migrated sqlite store (tests/conftest.py ``migrated_store``) copied to where the
+    jobs log (``outputs/mlflow.db``) instead of the first job creating one: a store made by
+    ``tracking.ensure_store`` either way, and creating it costs seconds. ``embeddings``: the
+    sample's embedding cache (tests/sample_embeddings.py, encoded once per test run by
+    ``DenseRetriever`` with the dense job's settings) copied into the jobs' cache folder: the dense
+    job reads what that encoding gave, as the hybrid job reads the dense job's (the golden
+    numbers and ``dense/run.trec`` check that encoding). Without them (record.py) the first job
+    creates the store and the dense job encodes."""
     from commands import job_in_process
+    from forked import pipeline_child
+    from no_figures import figures_off
 
     root = Path(root)
-    common = [f"paths.root={root / 'outputs'}"]
+    outputs = root / "outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    if store is not None:
+        shutil.copy(store, outputs / "mlflow.db")
+    if embeddings is not None:
+        shutil.copytree(embeddings, outputs / "cache", dirs_exist_ok=True)
+    common = [f"paths.root={outputs}"]
     with _as_a_fresh_process():
         for name, overrides in JOBS.items():
             job_in_process(*overrides, *common, f"hydra.run.dir={root / 'jobs' / name}")
-        _run(["-m", "pipeline", "-m", *SWEEP, *common, f"hydra.sweep.dir={root / 'sweep'}"])
+        sweep = ["-m", *SWEEP, *common, f"hydra.sweep.dir={root / 'sweep'}"]
+        proc = pipeline_child(*sweep, env=env(), cwd=REPO, prepare=_new_store_locks).wait(600)
+        if proc.returncode != 0:
+            raise AssertionError(f"python -m pipeline {' '.join(sweep)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         for name, args in SCORES.items():
             (root / f"{name}.json").write_text(_command("score", *args))
         # --baseline: the full table of tests against the job it was always against (the first), so its
         # paired statistics stay comparable; without it the reference is the best (issue 32)
-        compare = _command("compare", str(root / "jobs" / "bm25"), str(root / "jobs" / "dense"),
-                           str(root / "jobs" / "hybrid"), "--json", "--out", str(root / "compare"),
-                           "--baseline", str(root / "jobs" / "bm25"))
+        with figures_off():
+            compare = _command("compare", str(root / "jobs" / "bm25"), str(root / "jobs" / "dense"),
+                               str(root / "jobs" / "hybrid"), "--json", "--out", str(root / "compare"),
+                               "--baseline", str(root / "jobs" / "bm25"))
         (root / "compare.json").write_text(compare)
 
 

@@ -1,6 +1,7 @@
 """Record the golden outputs: ``python tests/golden/record.py`` runs the golden jobs
 (tests/golden/golden.py: the jobs and commands in this process, the sweep as one
-``python -m pipeline -m``, as the test runs them) in a temporary folder and writes
+``python -m pipeline -m`` forked from it, as the test runs them; here the first job creates the
+store and the dense job encodes the sample) in a temporary folder and writes
 ``tests/golden/expected/``.
 
 Only when a change of the numbers is intended (and said in its commit): the test compares

@@ -18,9 +18,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def produced(tmp_path_factory):
+def produced(tmp_path_factory, migrated_store, sample_embeddings):
+    """The golden jobs' outputs, normalized: logged to a copy of the session's migrated store, the
+    dense job reading the run's one encoding of the sample (golden.run_all)."""
     root = tmp_path_factory.mktemp("golden")
-    golden.run_all(root)
+    golden.run_all(root, store=migrated_store, embeddings=sample_embeddings)
     return golden.collect(root)
 
 

@@ -15,7 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from commands import run_job_command
+from commands import run_job_command, run_pipeline_command
+from no_figures import figures_off
 from pipeline.job import run
 from pipeline.metrics import CURVES
 from sample_embeddings import copy_sample_embeddings
@@ -135,7 +136,8 @@ def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypa
     if (group, option) != FIGURES_DRAWN_FOR:
         # The figures depend on the curves and k only (the same for every option here: k=5,
         # k_max=10), and matplotlib is most of a job's time on the sample: one option draws them,
-        # the others hand them to a recorder (test_mlflow_contract and the sweeps check the PNGs).
+        # the others hand them to a recorder (test_mlflow_contract checks that a tracked job logs
+        # them, test_plots.py what they show).
         monkeypatch.setattr("pipeline.figures.save_run_figures", lambda *args: drawn.append(args) or [])
     value = run(cfg)
     if (group, option) != FIGURES_DRAWN_FOR:
@@ -159,9 +161,11 @@ def test_every_config_option_composes_and_runs(group, option, tmp_path, monkeypa
 @pytest.mark.slow
 def test_objective_and_bad_settings_fail_at_once(tmp_path):
     """Each bad setting: exit 2, its one line, no traceback. The job's checks (what the job
-    raises and prints) run in this process (tests/commands.py ``run_job_command``); the first
-    one, Hydra's own errors (an unknown option, a value that does not parse: what Hydra's main
-    prints) and the sweep run as ``python -m pipeline`` processes."""
+    raises and prints) run in this process (tests/commands.py ``run_job_command``), as do an
+    unknown option and a value that does not parse (``run_pipeline_command``: Hydra's main and
+    the command-line check as ``python -m pipeline`` runs them; k=abc as a process:
+    tests/faults/test_inputs.py); the first one and the sweep, whose unknown option is Hydra's
+    own error, run as ``python -m pipeline`` processes (the exit status of the process)."""
     for i, (args, words) in enumerate([
         (["k=0"], "k must be >= 1, got k=0"),
         (["k=10", "k_max=5"], "k_max must be >= k"),
@@ -176,9 +180,9 @@ def test_objective_and_bad_settings_fail_at_once(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert words in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
-    proc = cli("retriever=nonexistent", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_pipeline_command("retriever=nonexistent", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode != 0 and "retriever/nonexistent" in proc.stderr and "Traceback" not in proc.stderr
-    proc = cli("k=abc", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_pipeline_command("k=abc", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode != 0 and "k" in proc.stderr and "Traceback" not in proc.stderr
     # a sweep whose last value cannot be composed stops before its first job runs
     proc = cli("-m", "tracking=none", "reorder=none,reverse", "k=1,3", "attention=flat,nonexistent",
@@ -194,13 +198,16 @@ def test_objective_and_bad_settings_fail_at_once(tmp_path):
 def test_mlflow_contract(tmp_path, store):
     from mlflow import MlflowClient
 
-    # in this process (tests/commands.py), figures drawn: what reaches the store is the job's
-    # doing, not the process's (test_processes.py and the sweeps start tracked processes)
-    proc = run_job_command(
-        "k=5", "reorder=lost_in_the_middle", f"tracking.uri={store}",
-        f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.run.dir={tmp_path / 'run'}",
-        f"cache_dir={tmp_path / 'cache'}", figures=True,
-    )
+    # in this process (tests/commands.py): what reaches the store is the job's doing, not the
+    # process's (test_processes.py and the sweeps start tracked processes). Its figures are saved
+    # and logged as files, not rendered (tests/no_figures.py): the plots/ artifacts are the claim
+    # here; what a PNG shows is test_plots.py's, one job's real PNGs test_every_config_option's
+    with figures_off():
+        proc = run_job_command(
+            "k=5", "reorder=lost_in_the_middle", f"tracking.uri={store}",
+            f"tracking.artifact_root={tmp_path / 'artifacts'}", f"hydra.run.dir={tmp_path / 'run'}",
+            f"cache_dir={tmp_path / 'cache'}", figures=True,
+        )
     assert proc.returncode == 0, proc.stderr
     client = MlflowClient(tracking_uri=store)
     experiment = client.get_experiment_by_name("sample")

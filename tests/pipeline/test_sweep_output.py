@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from commands import run_pipeline_command
+from no_figures import figures_off
 from sample_embeddings import copy_sample_embeddings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,8 +55,11 @@ def cache_dir(tmp_path_factory, sample_embeddings) -> Path:
 
 def _sweep(root: Path, cache: Path, *args: str):
     """``python -m pipeline -m ARGS`` in this process with stdout and stderr captured (not a
-    terminal), and every line it printed, both streams together."""
-    proc = run_pipeline_command("-m", *args, f"paths.root={root}", f"cache_dir={cache}", env=_env())
+    terminal), and every line it printed, both streams together. What it prints is checked, not
+    its PNGs: none is rendered (tests/no_figures.py; the summary's figures are drawn where they
+    are checked)."""
+    with figures_off():
+        proc = run_pipeline_command("-m", *args, f"paths.root={root}", f"cache_dir={cache}", env=_env())
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc, proc.stdout.splitlines() + proc.stderr.splitlines()
 
