@@ -12,6 +12,7 @@ at its end the exit handlers it registered (not the parent's), then ``os._exit``
 from __future__ import annotations
 
 import atexit
+import gc
 import io
 import logging
 import os
@@ -121,6 +122,10 @@ def _drain(fd: int, into: list[bytes]) -> None:
 
 
 def _child(task: Callable[[], int | None], out_w: int, err_w: int) -> None:
+    # The parent's objects are never collected here: a cycle of a library's whose finalizer
+    # needs the parent's threads (chromadb's Rust client, after an in-process Chroma test)
+    # would wait forever for a thread a fork does not copy.
+    gc.freeze()
     status = 1
     atexit._clear()  # the parent's exit handlers are the parent's; the child's own run at its end
     try:
