@@ -109,6 +109,31 @@ def pipeline_child(*args: str, env: Mapping[str, str] | None = None, cwd: str | 
     return Forked(task)
 
 
+def import_what_a_sweep_imports() -> None:
+    """Import here, once, what a sweep imports on its way (MLflow with its sqlite and REST
+    stores, pyplot, pandas, scipy.stats, the summary's modules, the BM25 retriever, Hydra's
+    plugin scan), so that the sweeps forked from this process inherit them instead of each
+    paying them again (~2-4 s of CPU a child; a launcher's workers that are new interpreters,
+    loky's, pay their own). Only imports: no store, engine, client or thread is made (forking
+    after one is what this module guards against). The exit handler MLflow registers at import
+    (``mlflow.tracking.fluent._safe_end_run``: fluent runs, which the pipeline never starts) is
+    the parent's, not the child's (:func:`_child` clears the parent's)."""
+    import matplotlib.pyplot  # noqa: F401
+    import mlflow.store.tracking.rest_store  # noqa: F401
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    import mlflow.tracking  # noqa: F401
+    import pandas  # noqa: F401
+    import scipy.stats  # noqa: F401
+    from hydra.core.plugins import Plugins
+
+    import pipeline.comparison.output  # noqa: F401
+    import pipeline.figures  # noqa: F401
+    import pipeline.sweep.summary  # noqa: F401
+    import retrievers.bm25  # noqa: F401
+
+    Plugins.instance()  # the scan of hydra_plugins (every launcher's and sweeper's module)
+
+
 def forked(task: Callable[[], int | None], timeout: float = TIMEOUT_S) -> Result:
     """``task()`` in a forked child: its exit status (what it returns, ``SystemExit``'s code,
     or 1 and a traceback on stderr when it raised) and what it printed."""

@@ -26,7 +26,7 @@ sweeps and the password test's sweep children forked from this process that run
 ``pipeline/__main__.py`` (tests/forked.py, without a new interpreter's imports); the accepted
 job, the job with the password in its URI and the syncs run in this process
 (tests/commands.py), with the environment they would get. Before the forks this process
-imports what a sweep that logs to a server imports (``_imports_of_a_sweep``), once, for the
+imports what a sweep imports (tests/forked.py's ``import_what_a_sweep_imports``), once, for the
 children to inherit.
 
 - The server is two processes, the ``mlflow server`` command and one uvicorn worker, without
@@ -47,7 +47,7 @@ from pathlib import Path
 import pytest
 from commands import run_command, run_job_command
 from e2e_servers import quiet_env
-from forked import pipeline_child
+from forked import import_what_a_sweep_imports, pipeline_child
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,37 +135,13 @@ def _run_without(secret: str, run) -> None:
         _no_secret(secret, f"param/tag {key} of run {run.info.run_id}", f"{key}={value}")
 
 
-def _imports_of_a_sweep() -> None:
-    """Import here, once, what a sweep that logs to a server imports on its way (MLflow and
-    its REST store, pyplot, pandas, scipy.stats, the summary's modules, the BM25 retriever,
-    Hydra's plugin scan with joblib's launcher), so that the sweeps forked from this process
-    inherit them instead of each paying them again (~2 s of CPU a child; the loky workers of
-    the joblib sweep are new interpreters and pay their own). Only imports: no client, store
-    or connection is made, no thread starts. MLflow's exit handler registered at import
-    (``mlflow.tracking.fluent._safe_end_run``: fluent runs, which the pipeline never starts)
-    is the parent's, not the children's (tests/forked.py)."""
-    import matplotlib.pyplot  # noqa: F401
-    import mlflow.store.tracking.rest_store  # noqa: F401
-    import mlflow.tracking  # noqa: F401
-    import pandas  # noqa: F401
-    import scipy.stats  # noqa: F401
-    from hydra.core.plugins import Plugins
-
-    import pipeline.comparison.output  # noqa: F401
-    import pipeline.figures  # noqa: F401
-    import pipeline.sweep.summary  # noqa: F401
-    import retrievers.bm25  # noqa: F401
-
-    Plugins.instance()  # the scan of hydra_plugins (every launcher's and sweeper's module)
-
-
 # --------------------------------------------------------------------------- three sweeps at once
 @pytest.mark.slow
 def test_three_sweeps_at_once_lose_nothing(team_server, tmp_path, monkeypatch):
     user = "alice"
     password = team_server.users[user]
     procs = []
-    _imports_of_a_sweep()
+    import_what_a_sweep_imports()
     for n, (launcher, ks) in enumerate(SWEEPS, start=1):
         root = tmp_path / f"sweep{n}"
         root.mkdir()
@@ -349,7 +325,7 @@ def test_a_password_in_the_tracking_uri_is_written_nowhere(team_server, tmp_path
     # that runs pipeline/__main__.py (tests/forked.py; a new interpreter's imports would add
     # seconds and check nothing more here). The job runs in this process meanwhile, with the
     # environment a process of _env() would have.
-    _imports_of_a_sweep()
+    import_what_a_sweep_imports()
     started = pipeline_child("-m", "k=3,5", "verbose=true", *common, f"hydra.sweep.dir={sweep}", env=_env(),
                              cwd=REPO)
     try:

@@ -15,7 +15,8 @@ store that two processes race to create, Hydra's exit; a fork spares the imports
 disk is a forked child too (the limit holds for a whole process); the job and the syncs that
 check only the code's answer run in this process (tests/commands.py). The migrated stores are
 copies of the session's (tests/conftest.py). Before the first fork this process imports what a
-tracked sweep imports (:func:`imports_of_a_tracked_sweep`), once, for every child to inherit.
+tracked sweep imports (tests/forked.py's ``import_what_a_sweep_imports``), once, for every child
+to inherit.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from commands import run_command, run_job_command
-from forked import Forked, forked, pipeline_child
+from forked import Forked, forked, import_what_a_sweep_imports, pipeline_child
 
 from pipeline.io import results as res
 from pipeline import tracking
@@ -57,34 +58,11 @@ def _sweep(tmp_path: Path, name: str, store: str, *args: str) -> subprocess.Pope
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def imports_of_a_tracked_sweep() -> None:
-    """Import here, once, what a tracked sweep imports on its way (MLflow and its sqlite store,
-    pyplot, pandas, scipy.stats, the summary's modules, the BM25 retriever, Hydra's plugin
-    scan), so that the children forked from this process inherit them instead of each paying
-    them again (~2-4 s of CPU a child). Only imports: no store or engine is opened (forking
-    after one is what tests/forked.py guards against), and no thread starts. The exit handler
-    MLflow registers at import (``mlflow.tracking.fluent._safe_end_run``) is not the child's
-    (tests/forked.py clears the parent's): it ends fluent runs, which the pipeline never starts
-    (it logs through ``MlflowClient``)."""
-    import matplotlib.pyplot  # noqa: F401
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-    import pandas  # noqa: F401
-    import scipy.stats  # noqa: F401
-    from hydra.core.plugins import Plugins
-
-    import pipeline.comparison.output  # noqa: F401
-    import pipeline.figures  # noqa: F401
-    import pipeline.sweep.summary  # noqa: F401
-    import retrievers.bm25  # noqa: F401
-
-    Plugins.instance()  # the scan of hydra_plugins (every launcher's and sweeper's module)
-
-
 def _sweep_child(tmp_path: Path, name: str, store: str, *args: str, prepare=None) -> Forked:
     """The same sweep in a child forked from this process (tests/forked.py): a real process
     that a signal or SIGKILL stops, without a new interpreter's imports (nor a tracked
-    sweep's: :func:`imports_of_a_tracked_sweep`)."""
-    imports_of_a_tracked_sweep()
+    sweep's: tests/forked.py's ``import_what_a_sweep_imports``)."""
+    import_what_a_sweep_imports()
     return pipeline_child(*_sweep_args(tmp_path, name, store, *args), env=_env(), cwd=ROOT, prepare=prepare)
 
 
