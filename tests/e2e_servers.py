@@ -468,13 +468,14 @@ def label_studio(tmp_path_factory: pytest.TempPathFactory):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Mark every test that uses a server ``e2e``; note, per file, the last test that uses a
-    server of RELEASE_AFTER_FILE."""
+    """Mark every test that uses a server ``e2e`` and ``slow`` (docs/testing.md: the layer is
+    part of the slow one); note, per file, the last test that uses a server of RELEASE_AFTER_FILE."""
     last: dict[tuple[str, str], str] = {}
     for item in items:
         names = getattr(item, "fixturenames", ())
         if any(name in SERVER_FIXTURES for name in names):
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)
         for name in RELEASE_AFTER_FILE:
             if name in names:
                 last[(item.nodeid.split("::", 1)[0], name)] = item.nodeid
