@@ -123,7 +123,7 @@ def test_the_view_shows_the_objective_its_ci_and_the_headline_sorted_best_first(
     # Headers are never cut to look alike: each column is wide enough for its name.
     assert state["columnWidths"]["metrics.`context_utility_at_10_ci_high`"] >= 8 * len("context_utility_at_10_ci_high")
     # The first three fit the ~520 px the Assistant panel leaves at 1,600 px, each wide enough for
-    # a value printed in full (150 px shows 0.48782051282051275 whole: tests/pipeline/test_browser.py
+    # a value printed in full (150 px shows 0.48782051282051275 whole: tests/pipeline/test_server.py
     # reads the cells back, unrounded).
     assert sum(state["columnWidths"][c] for c in state["selectedColumns"][:3]) <= 520
     assert min(state["columnWidths"][c] for c in state["selectedColumns"][:3]) >= 150
