@@ -1,5 +1,6 @@
 """SciFact and the model encodings the slow retriever tests keep, for the tests (conftest.py,
-test_scifact.py, test_onnx.py) and for ``.ci/run``.
+test_scifact.py, test_onnx.py) and for ``.ci/run``, which also has the sample's shared MiniLM
+embeddings kept here first (tests/sample_embeddings.py).
 
 Encoding SciFact's 5,183 abstracts with MiniLM is the longest step of a fresh suite; exporting
 MiniLM to ONNX (fp32 and int8) and encoding the sample and a SciFact sub-corpus with those
@@ -14,14 +15,19 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact"
-DEFAULT_CACHE = Path.home() / ".cache" / "rag-retrieval-eval" / "tests"
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # run as a script (.ci/run): the suite's helpers, as under pytest
+    sys.path.insert(0, str(TESTS))
+from sample_embeddings import kept_cache, restore_or_build  # noqa: E402
+
+SCIFACT = TESTS.parent.parent / "shared" / "data" / "scifact"
 
 
 def load_scifact() -> Any | None:
@@ -34,12 +40,8 @@ def load_scifact() -> Any | None:
 
 
 def cache_dir() -> Path | None:
-    """The test cache (None for ``RAG_EVAL_TEST_CACHE=off``)."""
-    where = os.environ.get("RAG_EVAL_TEST_CACHE", str(DEFAULT_CACHE))
-    if where == "off":
-        return None
-    Path(where).mkdir(parents=True, exist_ok=True)
-    return Path(where)
+    """The test cache (None for ``RAG_EVAL_TEST_CACHE=off``): tests/sample_embeddings.py's."""
+    return kept_cache()
 
 
 def minilm(collection: Any, cache: Path) -> Any:
@@ -101,10 +103,22 @@ def fill(scifact: Any, cache: Path) -> None:
         backend_embeddings(subset, backend, cache)
 
 
+def fill_sample(cache: Path) -> None:
+    """The sample's MiniLM embeddings that the suite's tests share, kept in ``cache``
+    (tests/sample_embeddings.py: verified, or encoded and kept)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        restore_or_build(Path(tmp) / "sample", cache)
+
+
 if __name__ == "__main__":
-    scifact, cache = load_scifact(), cache_dir()
-    if scifact is None or cache is None:
-        sys.exit(f"nothing to do: SciFact at {SCIFACT} or the test cache (RAG_EVAL_TEST_CACHE) is missing")
+    cache = cache_dir()
+    if cache is None:
+        sys.exit("nothing to do: the test cache is off (RAG_EVAL_TEST_CACHE=off)")
     start = time.perf_counter()
+    fill_sample(cache)
+    scifact = load_scifact()
+    if scifact is None:
+        sys.exit(f"the sample's embeddings are ready in {cache}; SciFact is missing at {SCIFACT}")
     fill(scifact, cache)
-    print(f"MiniLM's SciFact and ONNX encodings ready in {cache} ({time.perf_counter() - start:.0f} s)")
+    print(f"MiniLM's encodings of the sample and SciFact, and the ONNX ones, ready in {cache} "
+          f"({time.perf_counter() - start:.0f} s)")
