@@ -26,18 +26,20 @@ os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 #: Label Studio), started once per session and shared between files; docs/testing.md.
 pytest_plugins = ("e2e_servers",)
 
-#: The longest files first, longest first (measured with ``--durations=0``, 2026-12-03 16:30,
-#: after the suite's third round): with ``-n 2 --dist loadfile`` each worker
+#: The longest files first, longest first (measured with ``--durations=0``, 2026-12-03 23:30,
+#: in the suite's fifth round): with ``-n 2 --dist loadfile`` each worker
 #: starts on long files while the short ones, which both workers share, fill the last minutes,
-#: instead of one worker meeting a long file last and the suite waiting for it. Ray (85 s), the
-#: team server (40 s), the app's sweeps (39 s) and the scale benchmark (24 s) lead; re-order when
-#: a file's time changes a lot.
-FIRST = ("tests/ray/test_ray.py", "tests/faults/test_team_server.py", "tests/pipeline/test_app_sweeps.py",
-         "tests/benchmarks/test_scale.py", "tests/faults/test_tracking_faults.py", "tests/pipeline/test_server.py",
-         "tests/pipeline/test_sweep_output.py", "tests/golden/test_golden.py", "tests/faults/test_chunk_memory.py",
-         "tests/pipeline/test_app.py", "tests/pipeline/test_stats.py", "tests/retrievers/test_adapters.py",
-         "tests/judging/test_labelstudio.py", "tests/pipeline/test_sweep_ties.py",
-         "tests/faults/test_sync_store.py", "tests/pipeline/test_compare.py")
+#: instead of one worker meeting a long file last and the suite waiting for it. Ray (81 s), the
+#: app's sweeps (49 s), the team server (42 s) and the plain MLflow server (27 s) lead; re-order
+#: when a file's time changes a lot.
+FIRST = ("tests/ray/test_ray.py", "tests/pipeline/test_app_sweeps.py", "tests/faults/test_team_server.py",
+         "tests/pipeline/test_server.py", "tests/faults/test_tracking_faults.py", "tests/benchmarks/test_scale.py",
+         "tests/faults/test_chunk_memory.py", "tests/pipeline/test_sweep_output.py", "tests/pipeline/test_app.py",
+         "tests/judging/test_labelstudio.py", "tests/retrievers/test_scifact.py", "tests/retrievers/test_dense.py",
+         "tests/pipeline/test_compare.py", "tests/golden/test_golden.py", "tests/faults/test_sync_store.py",
+         "tests/retrievers/test_chroma.py", "tests/test_processes.py", "tests/pipeline/test_sweep_report.py",
+         "tests/pipeline/test_guide.py", "tests/pipeline/test_sweep_ties.py", "tests/faults/test_user_code.py",
+         "tests/faults/test_comparable.py", "tests/pipeline/test_stats.py", "tests/retrievers/test_adapters.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
