@@ -8,8 +8,10 @@ Optuna run in this process (``run_pipeline_command``, tests/commands.py: ``pytho
 -m ...`` as ``pipeline.__main__.entry``), as what they check is the pipeline's behaviour; the
 tracked-and-untracked test also checks that two sweeps in one process leave nothing behind.
 The joblib sweep (loky's workers are reused and outlive a sweep run in this process; they end
-with the sweep's process) and the exit status of a sweep with a failed job (``python -m
-pipeline -m``, status 2) run as processes. The sweeps that start processes carry
+with the sweep's process) and the exit status of a sweep with a failed job (status 2) run as
+processes: children forked from this one that run ``pipeline/__main__.py`` (tests/forked.py,
+without a new interpreter's imports: a sweep's modules are imported here first; a new
+interpreter's exit statuses are tests/test_processes.py's). The sweeps that start processes carry
 tests/test_processes.py's marker and check: no process they started outlives them (joblib,
 submitit, and the failing sweep as test_processes.py's basic-launcher sweep). The module's
 tracked sweep (placement x k, ``cu_sweep``) serves the placement test and the tie test. The
@@ -23,7 +25,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -33,6 +34,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 from commands import run_pipeline_command
+from forked import import_what_a_sweep_imports, pipeline_child
 from test_processes import MARKER_KEY, assert_none_outlive, new_marker
 from test_sweep_ties import per_query
 
@@ -42,13 +44,13 @@ ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def cli(*args: str, cwd: Path = ROOT, timeout: int = 900, marker: str = "") -> subprocess.CompletedProcess[str]:
-    """``python -m pipeline ARGS``: a process (launchers that start processes, exit statuses);
-    ``marker``: tests/test_processes.py's marker in its environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-        env={**os.environ, **OFFLINE, **({MARKER_KEY: marker} if marker else {})}, stdin=subprocess.DEVNULL,
-    )
+def cli(*args: str, timeout: int = 900, marker: str = ""):
+    """``python -m pipeline ARGS`` as a process forked from this one (launchers that start
+    processes, exit statuses): its status, stdout and stderr; ``marker``: tests/test_processes.py's
+    marker in its environment."""
+    import_what_a_sweep_imports()
+    env = {**os.environ, **OFFLINE, **({MARKER_KEY: marker} if marker else {})}
+    return pipeline_child(*args, env=env, cwd=ROOT).wait(timeout)
 
 
 def _where(tmp_path: Path, store: str) -> list[str]:
@@ -57,7 +59,7 @@ def _where(tmp_path: Path, store: str) -> list[str]:
             f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}"]
 
 
-def sweep_cli(tmp_path: Path, store: str, *args: str, marker: str = "") -> subprocess.CompletedProcess[str]:
+def sweep_cli(tmp_path: Path, store: str, *args: str, marker: str = ""):
     """A multirun as a process whose store, artifacts, sweep folder and cache all live in tmp_path."""
     return cli("-m", *args, *_where(tmp_path, store), marker=marker)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from commands import run_job_command
+from forked import import_what_a_sweep_imports, pipeline_child
 from test_processes import MARKER_KEY, assert_none_outlive, new_marker
 
 from pipeline import tracking
@@ -284,18 +285,19 @@ def test_the_kind_is_one_the_installed_mlflow_ui_knows():
 @pytest.mark.slow
 def test_a_run_in_a_new_folder_says_so_names_and_describes_itself_and_says_how_to_open_it(tmp_path):
     """Process-level: the first run a newcomer makes, as ``python -m pipeline`` in a colour
-    terminal's environment with pipes for stdout and stderr (``console.setup``: no ANSI codes).
-    Also tests/test_processes.py's tracked job that creates its store: it leaves no process."""
+    terminal's environment with pipes for stdout and stderr (``console.setup``: no ANSI codes),
+    in a child forked from this process (tests/forked.py: ``pipeline/__main__.py`` without a new
+    interpreter's imports). Also tests/test_processes.py's tracked job that creates its store:
+    it leaves no process."""
     root = tmp_path / "fresh"  # no store here yet
     marker = new_marker()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(MLFLOW_DISABLE_TELEMETRY="true", HF_HUB_OFFLINE="1", TERM="xterm-256color",  # a colour terminal
                **{MARKER_KEY: marker})
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "reorder=lost_in_the_middle", "attention=u_shape",
-         f"paths.root={root}", f"hydra.run.dir={tmp_path / 'job'}", f"cache_dir={tmp_path / 'cache'}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
+    import_what_a_sweep_imports()
+    proc = pipeline_child("reorder=lost_in_the_middle", "attention=u_shape", f"paths.root={root}",
+                          f"hydra.run.dir={tmp_path / 'job'}", f"cache_dir={tmp_path / 'cache'}", env=env,
+                          cwd=REPO).wait(300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_none_outlive(marker, "a tracked job that created its store")
     out = proc.stdout
