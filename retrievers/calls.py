@@ -11,6 +11,12 @@ turns one stuck call into a job that never ends, deaf to Ctrl-C. Here
   a ``KeyboardInterrupt`` the user's code raises itself), is that call's failure: signals
   are only ever delivered to the main thread, so nothing raised in a worker is the user
   pressing Ctrl-C;
+- ``os._exit``, which no ``except`` can catch, is one too: while a thread runs the user's
+  code (:func:`user_code`), ``os._exit`` raises :class:`ExitCalled` in it instead of ending
+  the process (which had ended the job, or a whole sweep, with the status the code chose,
+  0 included, and not a word). Anywhere else it ends the process as always: the job's own
+  threads, a child the user's code forks (multiprocessing's children end with it), a thread
+  the user's code starts;
 - a call running longer than ``timeout_s`` fails with :class:`CallTimeout`; its thread is
   abandoned (it ends whenever the call returns, its result unread) and a fresh worker takes
   its place, so ``workers`` calls still run at once;
@@ -23,10 +29,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pipeline.errors import InputError, Interrupted
@@ -41,6 +49,46 @@ class BadResult(ValueError):
 
 class CallTimeout(Exception):
     """A call of the user's code ran past ``retriever.timeout_s``."""
+
+
+class ExitCalled(BaseException):
+    """The user's code called ``os._exit(status)`` (module docstring). A ``BaseException``, as
+    ``SystemExit`` is, so that the code's own ``except Exception`` does not swallow it."""
+
+    def __init__(self, status: Any) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+#: This thread runs the user's code in the process whose id ``pid`` holds (:func:`user_code`).
+_inside = threading.local()
+_install_lock = threading.Lock()
+_real_exit: Callable[[int], Any] = os._exit
+
+
+def _guarded_exit(status: int) -> None:
+    """``os._exit`` once :func:`user_code` has first run: :class:`ExitCalled` in a thread that
+    runs the user's code, in the process that runs it; the real ``os._exit`` anywhere else."""
+    if getattr(_inside, "pid", None) == os.getpid():
+        raise ExitCalled(status)
+    _real_exit(status)
+
+
+@contextmanager
+def user_code() -> Iterator[None]:
+    """Marks this thread as running the user's code while the block runs: ``os._exit`` raises
+    :class:`ExitCalled` here. The guard, once put in ``os``, stays (it hands every other call to
+    the real ``os._exit``): a call abandoned after its timeout may still run."""
+    global _real_exit
+    with _install_lock:
+        if os._exit is not _guarded_exit:
+            _real_exit, os._exit = os._exit, _guarded_exit
+    outer = getattr(_inside, "pid", None)
+    _inside.pid = os.getpid()
+    try:
+        yield
+    finally:
+        _inside.pid = outer
 
 
 def run_calls(call: Callable[[int], Any], n: int, workers: int, timeout_s: float | None,
@@ -67,7 +115,8 @@ def run_calls(call: Callable[[int], Any], n: int, workers: int, timeout_s: float
             with lock:
                 running[i] = time.monotonic()
             try:
-                outcome: tuple[Any, BaseException | None] = (call(i), None)
+                with user_code():
+                    outcome: tuple[Any, BaseException | None] = (call(i), None)
             except BaseException as err:  # noqa: BLE001  (the user's code: any exception is the call's failure)
                 outcome = (None, err)
             with lock:
@@ -132,6 +181,8 @@ def describe(err: BaseException) -> str:
         return f"timed out: {err}; null or 0 = no limit"
     if isinstance(err, SystemExit):
         return f"it called sys.exit({err.code!r})"
+    if isinstance(err, ExitCalled):
+        return f"it called os._exit({err.status!r})"
     first = (str(err).strip().splitlines() or [""])[0]
     return f"{type(err).__name__}: {first}".strip().rstrip(":")
 
@@ -150,7 +201,8 @@ def load_callable(spec: str, key: str) -> Callable[..., Any]:
         raise InputError(f"{key}={spec!r}: expected module:function, e.g. {key}=my_package.search:search")
     module_name, _, attr = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        with user_code():
+            module = importlib.import_module(module_name)
     except BaseException as err:  # ImportError, or the user's module failing (or exiting) at import time
         if not user_code_failed(err):
             raise
@@ -178,7 +230,8 @@ def build_from_factory(spec: str, k: int, options: Mapping[str, Any], kind: Any,
     if takes_k:
         kwargs.setdefault("k", k)
     try:
-        built = factory(**kwargs)
+        with user_code():
+            built = factory(**kwargs)
     except BaseException as err:  # the user's factory: any exception, sys.exit included
         if not user_code_failed(err):
             raise

@@ -32,7 +32,7 @@ DOCS = ["d001", "d002", "d003"]
 #: The user's module: one function per behaviour; ``stuck`` writes a file once called.
 USER_MODULE = textwrap.dedent(
     """
-    import os, sys, time
+    import os, posix, sys, time
 
     def good(text, k):
         return [("d001", 2.0), ("d002", 1.0)] if text.startswith("How") else [("d003", 1.0)]
@@ -47,6 +47,18 @@ USER_MODULE = textwrap.dedent(
         if "chain" in text:
             sys.exit(3)
         return good(text, k)
+
+    def hard_exit(text, k):
+        os._exit(0)
+
+    def fork_and_exit(text, k):  # a child of the user's code ends as os._exit says (multiprocessing's do)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os._exit(7)
+            finally:
+                posix._exit(9)  # only if os._exit raised in the child
+        return [("d001", float(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))]
 
     def stuck(text, k):
         flag = os.environ.get("STUCK_FLAG")
@@ -86,6 +98,71 @@ def test_sys_exit_and_keyboard_interrupt_raised_by_user_code_are_the_querys_fail
 def test_a_batched_function_that_exits_fails_its_batch(user_module):
     with pytest.raises(InputError, match=r"the batch of queries 'q0'..'q1' \(2 queries\) failed: it called sys.exit"):
         search(f"{user_module}:exit_", ["a", "b"], batched=True)
+
+
+@pytest.mark.parametrize("settings, failed", [({"concurrency": 1}, "query 'q0'"), ({"concurrency": 4}, "query 'q0'"),
+                                              ({"batched": True}, "the batch of queries 'q0'..'q1' (2 queries)")])
+def test_os_exit_in_the_users_code_is_its_querys_failure(user_module, settings, failed):
+    """``os._exit``, which no ``except`` catches, fails the query (or batch) in one line as
+    ``sys.exit`` does. The search runs in a child forked from this process (tests/forked.py):
+    without the guard it is the child that ends, with status 0 and not a word (as the job did),
+    not this test's process."""
+    from forked import forked
+
+    def task() -> int:
+        try:
+            search(f"{user_module}:hard_exit", ["a", "b"], **settings)
+        except InputError as err:
+            print(err)
+            return 3
+        return 4
+
+    done = forked(task)
+    assert done.returncode == 3, done
+    assert done.stdout.strip() == (f"error: retriever=python: {failed} failed: it called os._exit(0) "
+                                   "(retriever.on_error=skip scores such queries as empty and goes on)"), done.stdout
+
+
+def test_os_exit_in_a_factory_or_at_import_is_one_line(tmp_path, monkeypatch):
+    """The user's factory (LangChain, LlamaIndex) and the import of the user's module run behind
+    the same guard as each call; in a forked child, as above."""
+    from forked import forked
+
+    from retrievers.calls import build_from_factory, load_callable
+
+    (tmp_path / "ur_hard_factory.py").write_text("import os\ndef make():\n    os._exit(3)\n")
+    (tmp_path / "ur_hard_import.py").write_text("import os\nos._exit(4)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def task() -> int:
+        for attempt in (lambda: build_from_factory("ur_hard_factory:make", 10, {}, object, "retriever"),
+                        lambda: load_callable("ur_hard_import:search", "retriever.target")):
+            try:
+                attempt()
+            except InputError as err:
+                print(err)
+        return 3
+
+    done = forked(task)
+    assert done.returncode == 3, done
+    assert done.stdout.splitlines() == [
+        "error: retriever.factory=ur_hard_factory:make failed: it called os._exit(3)",
+        "error: retriever.target=ur_hard_import:search: cannot import 'ur_hard_import': it called os._exit(4)"], done
+
+
+def test_os_exit_anywhere_but_in_the_users_call_ends_its_process_with_its_status(user_module):
+    """The guard turns ``os._exit`` into a failure only in a thread running the user's code, in
+    its process: a child that code forks ends with the status it gives (7, as the score), and
+    once the guard is in place a forked child of this process (tests/forked.py: its main thread,
+    outside the user's code) ends with its own (5)."""
+    from forked import forked
+
+    from retrievers import calls
+
+    _, ranking = search(f"{user_module}:fork_and_exit", ["a"])
+    assert ranking.scores[0, 0] == 7.0
+    assert os._exit is calls._guarded_exit
+    assert forked(lambda: os._exit(5)).returncode == 5
 
 
 def test_on_error_skip_goes_on_past_an_exiting_query(user_module):
@@ -216,6 +293,22 @@ def test_a_stuck_call_times_out_and_the_job_exits_2(tmp_path):
         "error: retriever=python: query 'q01' failed: timed out: no answer after 1 s (retriever.timeout_s)")
     assert time.monotonic() - start < 60
     _assert_nothing_left(marker)
+
+
+@pytest.mark.slow
+def test_a_job_whose_retriever_calls_os_exit_exits_2_in_one_line(tmp_path, user_module):
+    """The job (a child forked from this process, tests/forked.py) had ended with status 0, no
+    results and not a word."""
+    from forked import pipeline_child
+
+    env, _ = _env(tmp_path)
+    done = pipeline_child("tracking=none", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path / 'job'}",
+                          "retriever=python", f"retriever.target={user_module}:hard_exit", env=env, cwd=ROOT).wait()
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: retriever=python: query 'q01' failed: it called os._exit(0) "
+        "(retriever.on_error=skip scores such queries as empty and goes on)"), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "job" / "results").exists()
 
 
 @pytest.mark.slow
