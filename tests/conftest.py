@@ -7,6 +7,7 @@ import ast
 import gc
 import os
 import shutil
+import signal
 from functools import cache
 from pathlib import Path
 
@@ -80,6 +81,12 @@ def pytest_configure(config):
     # slowest files (few tests, minutes each) last on one worker. Keep the order of FIRST.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # A shell without job control starts a background command (`pytest &` in a script) with
+    # SIGINT ignored, and every process started from it inherits that: the Ctrl-C tests' jobs
+    # then never saw their SIGINT and failed. The suite's processes take SIGINT as a terminal's
+    # command would, however pytest was started.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
