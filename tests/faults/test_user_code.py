@@ -100,43 +100,14 @@ def test_a_batched_function_that_exits_fails_its_batch(user_module):
         search(f"{user_module}:exit_", ["a", "b"], batched=True)
 
 
-@pytest.mark.parametrize("settings, failed", [({"concurrency": 1}, "query 'q0'"), ({"concurrency": 4}, "query 'q0'"),
-                                              ({"batched": True}, "the batch of queries 'q0'..'q1' (2 queries)")])
-def test_os_exit_in_the_users_code_is_its_querys_failure(user_module, settings, failed):
-    """``os._exit``, which no ``except`` catches, fails the query (or batch) in one line as
-    ``sys.exit`` does. The search runs in a child forked from this process (tests/forked.py):
-    without the guard it is the child that ends, with status 0 and not a word (as the job did),
-    not this test's process."""
+def _errors_in_a_child(*attempts) -> list[str]:
+    """Each attempt in one child forked from this process (tests/forked.py), the line of each
+    InputError it raised: code that calls ``os._exit`` runs there, so that without the guard it
+    is the child that ends (status 0, not a word, as the job did), not this test's process."""
     from forked import forked
 
     def task() -> int:
-        try:
-            search(f"{user_module}:hard_exit", ["a", "b"], **settings)
-        except InputError as err:
-            print(err)
-            return 3
-        return 4
-
-    done = forked(task)
-    assert done.returncode == 3, done
-    assert done.stdout.strip() == (f"error: retriever=python: {failed} failed: it called os._exit(0) "
-                                   "(retriever.on_error=skip scores such queries as empty and goes on)"), done.stdout
-
-
-def test_os_exit_in_a_factory_or_at_import_is_one_line(tmp_path, monkeypatch):
-    """The user's factory (LangChain, LlamaIndex) and the import of the user's module run behind
-    the same guard as each call; in a forked child, as above."""
-    from forked import forked
-
-    from retrievers.calls import build_from_factory, load_callable
-
-    (tmp_path / "ur_hard_factory.py").write_text("import os\ndef make():\n    os._exit(3)\n")
-    (tmp_path / "ur_hard_import.py").write_text("import os\nos._exit(4)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-    def task() -> int:
-        for attempt in (lambda: build_from_factory("ur_hard_factory:make", 10, {}, object, "retriever"),
-                        lambda: load_callable("ur_hard_import:search", "retriever.target")):
+        for attempt in attempts:
             try:
                 attempt()
             except InputError as err:
@@ -145,9 +116,31 @@ def test_os_exit_in_a_factory_or_at_import_is_one_line(tmp_path, monkeypatch):
 
     done = forked(task)
     assert done.returncode == 3, done
-    assert done.stdout.splitlines() == [
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("settings, failed", [({"concurrency": 1}, "query 'q0'"), ({"concurrency": 4}, "query 'q0'"),
+                                              ({"batched": True}, "the batch of queries 'q0'..'q1' (2 queries)")])
+def test_os_exit_in_the_users_code_is_its_querys_failure(user_module, settings, failed):
+    """``os._exit``, which no ``except`` catches, fails the query (or batch) in one line as
+    ``sys.exit`` does."""
+    assert _errors_in_a_child(lambda: search(f"{user_module}:hard_exit", ["a", "b"], **settings)) == [
+        f"error: retriever=python: {failed} failed: it called os._exit(0) "
+        "(retriever.on_error=skip scores such queries as empty and goes on)"]
+
+
+def test_os_exit_in_a_factory_or_at_import_is_one_line(tmp_path, monkeypatch):
+    """The user's factory (LangChain, LlamaIndex) and the import of the user's module run behind
+    the same guard as each call."""
+    from retrievers.calls import build_from_factory, load_callable
+
+    (tmp_path / "ur_hard_factory.py").write_text("import os\ndef make():\n    os._exit(3)\n")
+    (tmp_path / "ur_hard_import.py").write_text("import os\nos._exit(4)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _errors_in_a_child(lambda: build_from_factory("ur_hard_factory:make", 10, {}, object, "retriever"),
+                              lambda: load_callable("ur_hard_import:search", "retriever.target")) == [
         "error: retriever.factory=ur_hard_factory:make failed: it called os._exit(3)",
-        "error: retriever.target=ur_hard_import:search: cannot import 'ur_hard_import': it called os._exit(4)"], done
+        "error: retriever.target=ur_hard_import:search: cannot import 'ur_hard_import': it called os._exit(4)"]
 
 
 def test_os_exit_anywhere_but_in_the_users_call_ends_its_process_with_its_status(user_module):
